@@ -15,10 +15,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from pytensor.graph.basic import Constant, ancestors
+from pytensor.graph.basic import Constant
+
+try:  # pytensor >= 2.31
+    from pytensor.graph.traversal import ancestors
+except ImportError:  # pragma: no cover
+    from pytensor.graph.basic import ancestors
+from pytensor.scalar.basic import Cast as ScalarCast
 from pytensor.scalar.basic import Exp
 from pytensor.scalar.math import Sigmoid
-from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.elemwise import Elemwise
+from scipy.special import expit
 from pytensor.tensor.random.basic import (
     BernoulliRV,
     BinomialRV,
@@ -84,21 +91,59 @@ def _value_of(var):
     return np.asarray(var.eval())
 
 
-def _strip_inverse_link(param, scalar_op_type):
-    """Return ``eta`` when ``param`` is ``inverse_link(eta)`` (through broadcasts), else None."""
-    node = param.owner
-    if node is None:
-        return None
-    if isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, scalar_op_type):
-        return node.inputs[0]
-    if isinstance(node.op, DimShuffle):
-        inner = _strip_inverse_link(node.inputs[0], scalar_op_type)
-        return None if inner is None else node.op(inner)
-    return None
+def _find_inverse_link(param, scalar_op_type, free):
+    """Outermost ``inverse_link(eta)`` nodes in the graph of ``param``.
+
+    Walks the graph of a distribution parameter down to the free variables and
+    returns every output of an ``Elemwise`` whose scalar op is ``scalar_op_type``
+    (``Sigmoid`` for logit links, ``Exp`` for log links) and whose input
+    depends on a free variable, without looking inside the matches. Whatever
+    wraps the match (``pm.Deterministic``'s ``ViewOp``, broadcasts, Bambi's
+    clipping of probabilities away from 0 and 1, a multiplicative exposure) is
+    accepted here and checked numerically later (:func:`_affine_map`).
+    """
+    found, seen, stack = [], set(), [param]
+    while stack:
+        var = stack.pop()
+        if var in seen or var.owner is None or var in free:
+            continue
+        seen.add(var)
+        node = var.owner
+        if isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, scalar_op_type):
+            if free.intersection(ancestors([node.inputs[0]], blockers=free)):
+                if var not in found:
+                    found.append(var)
+                continue
+        stack.extend(node.inputs)
+    return found
+
+
+def _observed_data(value):
+    """Observed data as floats, read before PyMC's cast to the variable's dtype.
+
+    PyMC casts a float ``pm.Data`` container observed by a discrete variable to
+    int in the graph, which would truncate e.g. a count of 1.5 to 1 and hide it
+    from the support checks.
+    """
+    while (
+        value.owner is not None
+        and isinstance(value.owner.op, Elemwise)
+        and isinstance(value.owner.op.scalar_op, ScalarCast)
+    ):
+        value = value.owner.inputs[0]
+    return _value_of(value).astype(float)
 
 
 def _dist_name(rv):
     return type(rv.owner.op).__name__.replace("RV", "")
+
+
+_LINKS = {
+    # family: (distribution parameter index, scalar op of the inverse link, parameter name, link)
+    "bernoulli": (0, Sigmoid, "p", "logit"),
+    "binomial": (1, Sigmoid, "p", "logit"),
+    "poisson": (0, Exp, "mu", "log"),
+}
 
 
 @dataclass
@@ -110,38 +155,55 @@ class _ObservedTerm:
     y: np.ndarray
     trials: object = None  # graph (binomial n) or None
     sigma: object = None  # graph (normal sigma) or None
+    param: object = None  # graph of the distribution parameter (split terms)
 
 
-def _classify_observed(rv):
+def _classify_observed(rv, model):
     """Recognise family and link of an observed variable; None if not a GLM term."""
     op = rv.owner.op
     params = rv.owner.inputs[2:]
     name = rv.name
     if isinstance(op, BernoulliRV):
-        eta = _strip_inverse_link(params[0], Sigmoid)
         fam, trials = "bernoulli", None
     elif isinstance(op, BinomialRV):
-        eta = _strip_inverse_link(params[1], Sigmoid)
         fam, trials = "binomial", params[0]
     elif isinstance(op, PoissonRV):
-        eta = _strip_inverse_link(params[0], Exp)
         fam, trials = "poisson", None
     elif isinstance(op, NormalRV):
         return _ObservedTerm(rv, "gaussian", "normal", params[0], None, sigma=params[1])
     else:
         return None
-    if eta is None:
+    index, link_op, pname, link = _LINKS[fam]
+    param = params[index]
+    free = set(model.free_RVs)
+    if not free.intersection(ancestors([param], blockers=free)):
+        return None  # a fixed likelihood: nothing to sample
+    found = _find_inverse_link(param, link_op, free)
+    how = (
+        "logit_p=eta or p=pm.math.invlogit(eta)" if link == "logit" else "mu=pm.math.exp(eta)"
+    )
+    if not found:
         raise UnsupportedModelError(
-            f"observed variable {name!r}: its {_dist_name(rv)} parameter is not the inverse "
-            f"link of a linear predictor. Supported: {SUPPORTED}."
+            f"observed variable {name!r}: its {_dist_name(rv)} parameter {pname} is not a "
+            f"{link}-link function of a linear predictor (no {'invlogit' if link == 'logit' else 'exp'} "
+            f"of the coefficients found in its graph). Write {how}. Supported: {SUPPORTED}."
         )
-    return _ObservedTerm(rv, "split", fam, eta, None, trials=trials)
+    if len(found) > 1:
+        raise UnsupportedModelError(
+            f"observed variable {name!r}: its {_dist_name(rv)} parameter {pname} combines "
+            f"{len(found)} separate {'invlogit' if link == 'logit' else 'exp'} terms of the "
+            f"coefficients (e.g. a mixture), so it is not one GLM with a {link} link. Write "
+            f"{how} with a single linear predictor eta. Supported: {SUPPORTED}."
+        )
+    eta = found[0].owner.inputs[0]
+    return _ObservedTerm(rv, "split", fam, eta, None, trials=trials, param=param)
 
 
 def _free_rvs_in(graphs, model):
     """Free random variables of ``model`` that the (RV-space) graphs depend on."""
     free = set(model.free_RVs)
-    found = [v for v in ancestors(graphs) if v in free]
+    # free variables are leaves: do not look through them into their own priors
+    found = [v for v in ancestors(graphs, blockers=model.free_RVs) if v in free]
     order = {rv: i for i, rv in enumerate(model.free_RVs)}
     return sorted(set(found), key=order.__getitem__)
 
@@ -167,6 +229,11 @@ def _gaussian_prior(rv, model, size):
     if isinstance(op, NormalRV):
         mu = np.broadcast_to(_value_of(params[0]), _shape_of(rv)).ravel().astype(float)
         sd = np.broadcast_to(_value_of(params[1]), _shape_of(rv)).ravel().astype(float)
+        if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(sd)) and np.all(sd > 0)):
+            raise ValueError(
+                f"coefficient {name!r}: its Normal prior needs a finite mean and a positive, "
+                f"finite sigma; received mu={mu[:5]}, sigma={sd[:5]}."
+            )
         return mu, np.diag(1.0 / sd**2)
     if isinstance(op, FlatRV):
         return np.zeros(size), np.zeros((size, size))
@@ -179,7 +246,17 @@ def _gaussian_prior(rv, model, size):
                 "MvNormal per coefficient vector."
             )
         mu = np.broadcast_to(mu, (size,))
-        return mu.copy(), np.linalg.inv(cov)
+        try:
+            chol = np.linalg.cholesky(cov)
+            if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(chol))):
+                raise np.linalg.LinAlgError
+        except np.linalg.LinAlgError:
+            raise ValueError(
+                f"coefficient {name!r}: the covariance of its MvNormal prior is not symmetric "
+                "positive definite (or has non-finite entries); SplitGibbs needs its inverse."
+            ) from None
+        inv_chol = np.linalg.inv(chol)
+        return mu.copy(), inv_chol.T @ inv_chol
     raise UnsupportedModelError(
         f"coefficient {name!r} has a {_dist_name(rv)} prior. SplitGibbs needs Normal, MvNormal "
         "or Flat priors on the variables of the linear predictor; use one of those, or sample "
@@ -191,36 +268,77 @@ def _shape_of(rv):
     return tuple(int(s) for s in rv.shape.eval())
 
 
-def _affine_map(eta_graphs, out_shapes, theta_rvs, model, rng, names):
-    """Read off ``(A, offset)`` of each linear predictor, verifying affinity numerically."""
+def _coef_labels(theta_rvs, shapes):
+    """``'b[0]'``-style labels of the entries of theta (flat order)."""
+    labels = []
+    for rv, shape in zip(theta_rvs, shapes):
+        if shape == ():
+            labels.append(rv.name)
+        else:
+            labels.extend(
+                f"{rv.name}[{', '.join(map(str, ix))}]" for ix in np.ndindex(*shape)
+            )
+    return labels
+
+
+def _affine_map(terms, theta_rvs, model, rng):
+    """Read off ``(A, offset)`` of each linear predictor, verifying affinity numerically.
+
+    The predictors are evaluated at ``theta = 0`` and at the unit vectors, which
+    gives ``A`` and the offset, then at random points, where ``eta`` must equal
+    ``offset + A @ theta``. For split terms, the distribution parameter must
+    equal the inverse link of ``eta`` at every one of these points (up to
+    clipping at machine precision); for the log link a constant positive factor
+    (``mu = exposure * exp(eta)``) is allowed and goes into the offset.
+    """
     value_vars = [model.rvs_to_values[rv] for rv in theta_rvs]
-    eta_vals = model.replace_rvs_by_values(eta_graphs)
-    fn = pytensor.function(value_vars, eta_vals, on_unused_input="ignore")
+    split = [t for t in terms if t.kind == "split"]
+    graphs = model.replace_rvs_by_values([t.eta for t in terms] + [t.param for t in split])
+    fn = pytensor.function(value_vars, graphs, on_unused_input="ignore")
     shapes = [_shape_of(rv) for rv in theta_rvs]
     sizes = [int(np.prod(s)) for s in shapes]
     d = sum(sizes)
     splits = np.cumsum(sizes)[:-1]
+    out_shapes = [t.y.shape for t in terms] + [t.y.shape for t in split]
+    names = [t.rv.name for t in terms]
 
     def evaluate(theta):
         args = [
             np.asarray(part.reshape(shape), dtype=vv.dtype)
             for part, shape, vv in zip(np.split(theta, splits), shapes, value_vars)
         ]
-        outs = fn(*args)
+        with np.errstate(all="ignore"):
+            outs = fn(*args)
         return [np.broadcast_to(o, s).ravel().astype(float) for o, s in zip(outs, out_shapes)]
 
-    offsets = evaluate(np.zeros(d))
+    points = [np.zeros(d)] + list(np.eye(d)) + [rng.normal(size=d) * 1.7 for _ in range(2)]
+    values = [evaluate(t) for t in points]
+    offsets = values[0][: len(terms)]
     cols = [np.empty((o.shape[0], d)) for o in offsets]
     for j in range(d):
-        e = np.zeros(d)
-        e[j] = 1.0
-        for A, o, v in zip(cols, offsets, evaluate(e)):
+        for A, o, v in zip(cols, offsets, values[1 + j]):
             A[:, j] = v - o
-    for _ in range(2):
-        t = rng.normal(size=d) * 1.7
-        for A, o, v, nm in zip(cols, offsets, evaluate(t), names):
-            pred = o + A @ t
-            scale = 1.0 + np.abs(o) + np.abs(A) @ np.abs(t)
+
+    labels = _coef_labels(theta_rvs, shapes)
+    for t, A, o in zip(terms, cols, offsets):
+        bad_rows = ~np.isfinite(o)
+        if d:
+            bad_rows |= ~np.all(np.isfinite(A), axis=1)
+        if np.any(bad_rows):
+            rows = np.flatnonzero(bad_rows)
+            bad_cols = [labels[j] for j in np.flatnonzero(~np.all(np.isfinite(A), axis=0))]
+            where = f" (coefficient(s) {bad_cols[:5]})" if bad_cols else " (its offset)"
+            raise ValueError(
+                f"observed variable {t.rv.name!r}: the linear predictor has non-finite values "
+                f"(NaN or inf) in {rows.size} row(s), first at row {rows[0]}{where}. The design "
+                "matrix X (or an offset / covariate in the predictor) contains NaN or inf, e.g. "
+                "missing values; remove or impute those rows before building the model."
+            )
+
+    for theta, vals in zip(points[1 + d :], values[1 + d :]):
+        for A, o, v, nm in zip(cols, offsets, vals, names):
+            pred = o + A @ theta
+            scale = 1.0 + np.abs(o) + np.abs(A) @ np.abs(theta)
             if not np.all(np.abs(v - pred) <= 1e-7 * scale):
                 raise UnsupportedModelError(
                     f"the linear predictor of observed variable {nm!r} is not affine in the "
@@ -228,6 +346,43 @@ def _affine_map(eta_graphs, out_shapes, theta_rvs, model, rng, names):
                     "of coefficients or nonlinear functions of them). SplitGibbs needs "
                     "eta = X @ beta + offset; sample this model with NUTS instead."
                 )
+
+    # the distribution parameter must be the inverse link of eta
+    k = len(terms)
+    for i, t in enumerate(terms):
+        if t.kind != "split":
+            continue
+        m = k + split.index(t)
+        link = _LINKS[t.family]
+        etas = np.array([vals[i] for vals in values])
+        pars = np.array([vals[m] for vals in values])
+        if link[3] == "logit":
+            with np.errstate(all="ignore"):
+                ok = np.abs(pars - expit(etas)) <= 1e-9
+            if not np.all(ok):
+                raise UnsupportedModelError(
+                    f"observed variable {t.rv.name!r}: its {_dist_name(t.rv)} parameter p "
+                    "contains invlogit(eta) but is not equal to it (e.g. p = c * invlogit(eta) or "
+                    "a transformed probability), so the link is not logit. Write logit_p=eta or "
+                    f"p=pm.math.invlogit(eta). Supported: {SUPPORTED}."
+                )
+            continue
+        # log link: log(mu) - eta must be the same finite value at every point
+        with np.errstate(all="ignore"):
+            log_ratio = np.log(pars) - etas
+        usable = np.isfinite(log_ratio) & (np.abs(etas) < 600)
+        ref = log_ratio[0]
+        tol = 1e-9 * (1.0 + np.abs(etas) + np.abs(ref))
+        consistent = ~usable | (np.abs(log_ratio - ref) <= tol)
+        if not (np.all(usable[0]) and np.all(consistent)):
+            raise UnsupportedModelError(
+                f"observed variable {t.rv.name!r}: its {_dist_name(t.rv)} parameter mu contains "
+                "exp(eta) but is not exp(eta) times a positive constant, so the link is not "
+                f"log. Write mu=pm.math.exp(eta) (an exposure goes into eta as a log offset). "
+                f"Supported: {SUPPORTED}."
+            )
+        if np.any(ref != 0.0):
+            offsets[i] = offsets[i] + ref
     return cols, offsets
 
 
@@ -268,7 +423,7 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     terms = []
     unsupported = []
     for rv in model.observed_RVs:
-        term = _classify_observed(rv)
+        term = _classify_observed(rv, model)
         if term is None:
             unsupported.append(rv)
             continue
@@ -305,15 +460,29 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
 
     _check_no_other_dependants(model, theta_rvs, terms)
 
+    # priors first: a non-Gaussian (e.g. transformed) prior would otherwise
+    # surface as a non-affine predictor
+    params, means, precs = [], [], []
+    start = 0
+    for rv in theta_rvs:
+        shape = _shape_of(rv)
+        size = int(np.prod(shape))
+        mean, prec = _gaussian_prior(rv, model, size)
+        vv = model.rvs_to_values[rv]
+        params.append(ParamSlice(vv.name, shape, start, start + size, str(vv.dtype)))
+        means.append(mean)
+        precs.append(prec)
+        start += size
+    d = start
+    prior_precision = np.zeros((d, d))
+    for p, prec in zip(params, precs):
+        prior_precision[p.start : p.stop, p.start : p.stop] = prec
+
     # observed data, trials and sigmas
-    names = [t.rv.name for t in terms]
     for t in terms:
-        y = _value_of(model.rvs_to_values[t.rv]).astype(float)
-        t.y = y
+        t.y = _observed_data(model.rvs_to_values[t.rv])
     rng = np.random.default_rng(seed)
-    cols, offsets = _affine_map(
-        [t.eta for t in terms], [t.y.shape for t in terms], theta_rvs, model, rng, names
-    )
+    cols, offsets = _affine_map(terms, theta_rvs, model, rng)
 
     split_terms, gaussian_terms, sigma_sources = [], [], []
     for t, A, off in zip(terms, cols, offsets):
@@ -357,21 +526,7 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
             gaussian_terms.append(GaussianTerm(t.rv.name, A, off, y, sigma))
             sigma_sources.append(None)
 
-    params, means, precs = [], [], []
-    start = 0
-    for rv in theta_rvs:
-        shape = _shape_of(rv)
-        size = int(np.prod(shape))
-        mean, prec = _gaussian_prior(rv, model, size)
-        vv = model.rvs_to_values[rv]
-        params.append(ParamSlice(vv.name, shape, start, start + size, str(vv.dtype)))
-        means.append(mean)
-        precs.append(prec)
-        start += size
-    d = start
-    prior_precision = np.zeros((d, d))
-    for p, prec in zip(params, precs):
-        prior_precision[p.start : p.stop, p.start : p.stop] = prec
+    _check_identified(prior_precision, split_terms, gaussian_terms, theta_rvs)
     problem = SplitProblem(
         params=tuple(params),
         prior_mean=np.concatenate(means) if means else np.zeros(0),
@@ -380,6 +535,46 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         gaussian_terms=tuple(gaussian_terms),
     )
     return DetectedModel(problem, [p.name for p in params], sigma_sources)
+
+
+def _check_identified(prior_precision, split_terms, gaussian_terms, theta_rvs):
+    """Raise when theta | z is improper: a direction with flat prior that no data row sees.
+
+    ``Q = P_0 + sum A^T W A`` (any positive weights ``W`` from rho and sigma) is
+    singular exactly when ``P_0 + sum A^T A`` is, so this is checked once here,
+    whatever rho is and before a free sigma is known.
+    """
+    d = prior_precision.shape[0]
+    if d == 0:
+        return
+    try:
+        np.linalg.cholesky(prior_precision)
+        return  # proper prior: always identified
+    except np.linalg.LinAlgError:
+        pass
+    M = prior_precision.copy()
+    for t in (*split_terms, *gaussian_terms):
+        M += t.A.T @ t.A
+    diag = np.diag(M).copy()
+    shapes = [_shape_of(rv) for rv in theta_rvs]
+    labels = _coef_labels(theta_rvs, shapes)
+    dead = np.flatnonzero(~(diag > 0))
+    if dead.size:
+        unseen = [labels[j] for j in dead]
+    else:
+        scale = 1.0 / np.sqrt(diag)
+        evals, evecs = np.linalg.eigh(M * np.outer(scale, scale))
+        if evals[0] > 1e-11 * max(evals[-1], 1.0):
+            return
+        v = np.abs(evecs[:, 0])
+        unseen = [labels[j] for j in np.flatnonzero(v > 0.1 * v.max())]
+    raise ValueError(
+        f"the posterior is improper: the coefficient(s) {unseen[:10]} have a flat (or singular) "
+        "prior and are not identified by the data (e.g. duplicated or collinear columns of the "
+        "design, a column of zeros, or more coefficients than observations), so the precision "
+        "of theta | z is singular. Give them a proper prior (e.g. pm.Normal) or remove the "
+        "redundant columns."
+    )
 
 
 def _user_theta_rvs(vars, model):
@@ -409,6 +604,14 @@ def _check_no_other_dependants(model, theta_rvs, terms):
         if rv in recognised or rv in theta_set:
             continue
         deps = set(_free_rvs_in(rv.owner.inputs[2:], model)) & theta_set
+        if deps and rv in model.free_RVs and (rv.name or "").endswith("_unobserved"):
+            base = rv.name[: -len("_unobserved")]
+            raise ValueError(
+                f"observed data of {base!r} contains NaN (missing values): PyMC imputes them as "
+                f"the free variable {rv.name!r}, which depends on the coefficient(s) "
+                f"{sorted(d.name for d in deps)} and which SplitGibbs cannot sample. Drop the "
+                "rows with missing observations (or impute them) before building the model."
+            )
         if deps:
             raise UnsupportedModelError(
                 f"variable {rv.name!r} depends on the coefficient(s) {[d.name for d in deps]} "

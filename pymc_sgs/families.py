@@ -112,17 +112,22 @@ class BinomialLogit(Family):
     has_trials = True
 
     def validate(self, y, trials, where):
+        y = np.asarray(y, dtype=float)
         _check_finite(y, f"observed data of {where!r}")
+        if trials is None:
+            raise ValueError(f"trials (n) of {where!r} are required for a Binomial likelihood.")
+        trials = np.broadcast_to(np.asarray(trials, dtype=float), y.shape)
         _check_finite(trials, f"trials (n) of {where!r}")
         _check_integers(y, f"observed data of {where!r} (Binomial counts)")
         _check_integers(trials, f"trials (n) of {where!r}")
         if np.any(trials < 0):
             raise ValueError(f"trials (n) of {where!r} must be >= 0; received min {trials.min()!r}.")
-        if np.any(y < 0) or np.any(y > trials):
-            i = np.flatnonzero((y < 0) | (y > trials))[0]
+        bad = ((y < 0) | (y > trials)).ravel()
+        if np.any(bad):
+            i = np.flatnonzero(bad)[0]
             raise ValueError(
                 f"observed data of {where!r} must lie in [0, n] for a Binomial likelihood; "
-                f"received y={y[i]!r} with n={trials[i]!r} at index {i}."
+                f"received y={y.ravel()[i]!r} with n={trials.ravel()[i]!r} at flat index {i}."
             )
 
     def potential(self, z, y, trials=None):
@@ -132,8 +137,8 @@ class BinomialLogit(Family):
         return -y + trials * expit(z)
 
     def hess(self, z, y, trials=None):
-        p = expit(z)
-        return trials * p * (1.0 - p)
+        # expit(z) * expit(-z) rather than p * (1 - p): no cancellation to 0 for z >> 0
+        return trials * expit(z) * expit(-z)
 
     def log_likelihood(self, z, y, trials=None):
         logcomb = gammaln(trials + 1) - gammaln(y + 1) - gammaln(trials - y + 1)
@@ -152,13 +157,14 @@ class BernoulliLogit(BinomialLogit):
     has_trials = False
 
     def validate(self, y, trials, where):
+        y = np.asarray(y, dtype=float)
         _check_finite(y, f"observed data of {where!r}")
-        bad = (y != 0) & (y != 1)
+        bad = ((y != 0) & (y != 1)).ravel()
         if np.any(bad):
             i = np.flatnonzero(bad)[0]
             raise ValueError(
                 f"observed data of {where!r} must be 0 or 1 for a Bernoulli likelihood; "
-                f"received {y[i]!r} at index {i}."
+                f"received {y.ravel()[i]!r} at flat index {i}."
             )
 
     def potential(self, z, y, trials=None):
@@ -187,13 +193,14 @@ class PoissonLog(Family):
     link = "log"
 
     def validate(self, y, trials, where):
+        y = np.asarray(y, dtype=float)
         _check_finite(y, f"observed data of {where!r}")
         _check_integers(y, f"observed data of {where!r} (Poisson counts)")
         if np.any(y < 0):
-            i = np.flatnonzero(y < 0)[0]
+            i = np.flatnonzero((y < 0).ravel())[0]
             raise ValueError(
                 f"observed data of {where!r} must be non-negative counts for a Poisson "
-                f"likelihood; received {y[i]!r} at index {i}."
+                f"likelihood; received {y.ravel()[i]!r} at flat index {i}."
             )
 
     def potential(self, z, y, trials=None):
@@ -209,9 +216,19 @@ class PoissonLog(Family):
         return y * z - np.exp(z) - gammaln(y + 1)
 
     def bregman(self, z, z0, y, trials=None):
-        # e^z0 (e^d - 1 - d), with expm1 for accuracy at small d
+        # e^z0 (e^d - 1 - d), with expm1 for accuracy at small d. For d > 1 it is computed as
+        # e^z - e^z0 (1 + d) (no cancellation there), so it stays finite while e^z does even
+        # when e^d alone overflows (e.g. z = 700, z0 = -700). Past exp's range (z > 709.78)
+        # the divergence is +inf, never NaN: an exact z-sampler rejects such a proposal.
+        z = np.asarray(z, dtype=float)
+        z0 = np.asarray(z0, dtype=float)
         d = z - z0
-        return np.exp(z0) * np.maximum(np.expm1(d) - d, 0.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            small = np.exp(z0) * np.maximum(np.expm1(d) - d, 0.0)
+            large = np.maximum(np.exp(z) - np.exp(z0) * (1.0 + d), 0.0)
+            out = np.where(d > 1.0, large, small)
+            out = np.where(d == 0.0, 0.0, out)
+            return np.where(np.isnan(out) & ~np.isnan(d), np.inf, out)
 
 
 class NormalIdentity(Family):

@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .conditionals import GaussianThetaConditional, sample_z_exact
+from .conditionals import GaussianThetaConditional, overrelaxed_z_move, sample_z_exact
 from .problem import SplitProblem
 
-__all__ = ["SGSState", "SGSInfo", "SplitGibbsKernel", "validate_rho"]
+__all__ = ["SGSState", "SGSInfo", "SplitGibbsKernel", "validate_rho", "validate_alpha"]
 
 
 class SGSState(NamedTuple):
@@ -36,8 +36,11 @@ class SGSState(NamedTuple):
 class SGSInfo(NamedTuple):
     """What one sweep reports (becomes PyMC sampler stats)."""
 
-    #: mean number of Gaussian proposals per exact z_i draw (1.0 = no rejection)
+    #: mean number of Gaussian proposals per exact z_i draw (1.0 = no rejection;
+    #: 0.0 when z was moved by over-relaxed MH instead)
     z_proposals: float
+    #: mean MH acceptance probability of the over-relaxed z-moves (1.0 for exact draws)
+    z_accept: float
 
 
 def validate_rho(rho, n: int) -> np.ndarray:
@@ -65,6 +68,17 @@ def validate_rho(rho, n: int) -> np.ndarray:
     return arr
 
 
+def validate_alpha(alpha) -> float:
+    """Check the over-relaxation parameter: a number in (-1, 1)."""
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise ValueError(f"alpha must be a number in (-1, 1); received {alpha!r}.") from None
+    if isinstance(alpha, bool) or not (-1.0 < a < 1.0):
+        raise ValueError(f"alpha must be a number in (-1, 1); received {alpha!r}.")
+    return a
+
+
 class SplitGibbsKernel:
     """Exact split Gibbs sampler (Algorithm 1) for a :class:`SplitProblem`.
 
@@ -74,6 +88,12 @@ class SplitGibbsKernel:
     rho : float or ndarray
         Coupling between ``z`` and ``A theta``: scalar or one value per split
         row. Smaller rho means less bias and slower mixing.
+    alpha : float
+        Over-relaxation of both blocks, in ``(-1, 1)``. ``0`` is plain SGS
+        (exact z draws by rejection, exact theta draws); a negative value
+        over-relaxes theta (Adler) and moves z by over-relaxed MH around the
+        Laplace approximation of ``z | theta``. Every update is reversible for
+        its own conditional, so ``Pi_rho`` stays invariant for any alpha.
 
     Notes
     -----
@@ -82,8 +102,9 @@ class SplitGibbsKernel:
     value changes.
     """
 
-    def __init__(self, problem: SplitProblem, rho):
+    def __init__(self, problem: SplitProblem, rho, alpha: float = 0.0):
         self.problem = problem
+        self.alpha = validate_alpha(alpha)
         self.A, self.offset = problem.stacked_split()
         self.rho = validate_rho(rho, self.A.shape[0])
         self._slices = problem.term_slices()
@@ -101,11 +122,14 @@ class SplitGibbsKernel:
         if problem.gaussian_terms and self._sigmas_fixed:
             self.theta_conditional.set_sigmas(fixed)
 
-    def init(self, theta) -> SGSState:
-        """State at coefficients ``theta`` (z is drawn at the first sweep)."""
+    def init(self, theta, rng: np.random.Generator | None = None) -> SGSState:
+        """State at coefficients ``theta``; with ``rng``, z is an exact draw of ``z | theta``."""
         theta = np.asarray(theta, dtype=float).copy()
         centre = self.A @ theta + self.offset
-        return SGSState(theta=theta, z=centre.copy(), z_mode=centre.copy())
+        if rng is None:
+            return SGSState(theta=theta, z=centre.copy(), z_mode=centre.copy())
+        z, mode, _ = self.sample_z(theta, centre, rng)
+        return SGSState(theta=theta, z=z, z_mode=mode)
 
     def set_sigmas(self, sigmas) -> None:
         """Current scales of the Gaussian terms whose sigma is not fixed."""
@@ -129,10 +153,34 @@ class SplitGibbsKernel:
             n_prop += draw.n_proposals
         return z, mode, n_prop
 
+    def move_z(self, theta, z, z_mode, rng):
+        """Over-relaxed MH move of the whole z-block; returns ``(z, mode, accept_prob)``."""
+        n = self.A.shape[0]
+        if n == 0:
+            return z, z_mode, 1.0
+        centre = self.A @ theta + self.offset
+        z_new = np.empty(n)
+        mode = np.empty(n)
+        acc = 0.0
+        for term, sl in zip(self.problem.split_terms, self._slices):
+            mv = overrelaxed_z_move(
+                term.family, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
+                self.alpha, rng, z_mode[sl],
+            )
+            z_new[sl] = mv.z
+            mode[sl] = mv.mode
+            acc += mv.accept_prob * (sl.stop - sl.start)
+        return z_new, mode, acc / n
+
     def sweep(self, state: SGSState, rng: np.random.Generator):
-        """One Gibbs sweep: ``z ~ z | theta`` then ``theta ~ theta | z``."""
-        z, mode, n_prop = self.sample_z(state.theta, state.z_mode, rng)
-        theta = self.theta_conditional.sample(z, rng)
-        n = max(z.shape[0], 1)
-        info = SGSInfo(z_proposals=n_prop / n if z.shape[0] else 0.0)
+        """One Gibbs sweep: z given theta, then theta given z (over-relaxed if alpha != 0)."""
+        if self.alpha == 0.0 or self.A.shape[0] == 0:
+            z, mode, n_prop = self.sample_z(state.theta, state.z_mode, rng)
+            info = SGSInfo(z_proposals=n_prop / max(z.shape[0], 1), z_accept=1.0)
+        else:
+            z, mode, acc = self.move_z(state.theta, state.z, state.z_mode, rng)
+            info = SGSInfo(z_proposals=0.0, z_accept=acc)
+        # without split terms theta | sigma is the exact posterior: draw it independently
+        alpha = self.alpha if self.A.shape[0] else 0.0
+        theta = self.theta_conditional.sample(z, rng, theta=state.theta, alpha=alpha)
         return SGSState(theta=theta, z=z, z_mode=mode), info
