@@ -1,5 +1,6 @@
 """pymc_sgs: the split Gibbs sampler (Vono, Paulin & Doucet, JMLR 2022) for PyMC GLMs."""
 
+from .diagnostics import RhoBiasWarning, psis_summary, psis_weights
 from .detect import DetectedModel, UnsupportedModelError, detect_split_problem
 from .families import FAMILIES, Family
 from .kernel import SGSInfo, SGSState, SplitGibbsKernel
@@ -10,6 +11,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SplitGibbs",
+    "psis_summary",
+    "psis_weights",
+    "RhoBiasWarning",
     "SplitGibbsKernel",
     "SGSState",
     "SGSInfo",

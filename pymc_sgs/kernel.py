@@ -18,6 +18,7 @@ import numpy as np
 
 from .conditionals import GaussianThetaConditional, overrelaxed_z_move, sample_z_exact
 from .problem import SplitProblem
+from .weights import N_NODES, log_weight_rows
 
 __all__ = ["SGSState", "SGSInfo", "SplitGibbsKernel", "validate_rho", "validate_alpha"]
 
@@ -41,6 +42,8 @@ class SGSInfo(NamedTuple):
     z_proposals: float
     #: mean MH acceptance probability of the over-relaxed z-moves (1.0 for exact draws)
     z_accept: float
+    #: log pi(theta) - log pi_rho(theta) + const at the new theta (nan if not computed)
+    log_weight: float = float("nan")
 
 
 def validate_rho(rho, n: int) -> np.ndarray:
@@ -94,6 +97,12 @@ class SplitGibbsKernel:
         over-relaxes theta (Adler) and moves z by over-relaxed MH around the
         Laplace approximation of ``z | theta``. Every update is reversible for
         its own conditional, so ``Pi_rho`` stays invariant for any alpha.
+    log_weights : bool
+        Compute the importance weight ``log pi(theta) - log pi_rho(theta)`` of
+        every new theta (adaptive Gauss–Hermite, :mod:`pymc_sgs.weights`);
+        costs about ``n_nodes`` evaluations of the likelihood per sweep.
+    n_nodes : int
+        Quadrature nodes for the weights.
 
     Notes
     -----
@@ -102,9 +111,14 @@ class SplitGibbsKernel:
     value changes.
     """
 
-    def __init__(self, problem: SplitProblem, rho, alpha: float = 0.0):
+    def __init__(
+        self, problem: SplitProblem, rho, alpha: float = 0.0, log_weights: bool = False,
+        n_nodes: int = N_NODES,
+    ):
         self.problem = problem
         self.alpha = validate_alpha(alpha)
+        self.log_weights = bool(log_weights)
+        self.n_nodes = int(n_nodes)
         self.A, self.offset = problem.stacked_split()
         self.rho = validate_rho(rho, self.A.shape[0])
         self._slices = problem.term_slices()
@@ -172,6 +186,26 @@ class SplitGibbsKernel:
             acc += mv.accept_prob * (sl.stop - sl.start)
         return z_new, mode, acc / n
 
+    def log_weight(self, theta, z_mode=None):
+        """``log pi(theta) - log pi_rho(theta)`` up to a constant; also the z-modes at theta.
+
+        The modes are those of ``z | theta`` (the quadrature is centred there),
+        so they warm-start the next sweep's z-step exactly.
+        """
+        n = self.A.shape[0]
+        if n == 0:
+            return 0.0, np.zeros(0)
+        centre = self.A @ theta + self.offset
+        total = 0.0
+        mode = np.empty(n)
+        for term, sl in zip(self.problem.split_terms, self._slices):
+            rows, mode[sl] = log_weight_rows(
+                term.family, term.y, term.trials, centre[sl], self._rho_rows[sl],
+                None if z_mode is None else z_mode[sl], self.n_nodes,
+            )
+            total += float(np.sum(rows))
+        return total, mode
+
     def sweep(self, state: SGSState, rng: np.random.Generator):
         """One Gibbs sweep: z given theta, then theta given z (over-relaxed if alpha != 0)."""
         if self.alpha == 0.0 or self.A.shape[0] == 0:
@@ -183,4 +217,7 @@ class SplitGibbsKernel:
         # without split terms theta | sigma is the exact posterior: draw it independently
         alpha = self.alpha if self.A.shape[0] else 0.0
         theta = self.theta_conditional.sample(z, rng, theta=state.theta, alpha=alpha)
+        if self.log_weights:
+            log_w, mode = self.log_weight(theta, mode)
+            info = info._replace(log_weight=log_w)
         return SGSState(theta=theta, z=z, z_mode=mode), info
