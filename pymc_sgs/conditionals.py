@@ -51,12 +51,16 @@ class ZDraw(NamedTuple):
     n_proposals: int
 
 
-def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6, max_iter=100):
+def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6, max_iter=200):
     """Minimise ``g(z) = U(z) + (z - centre)^2 / (2 rho^2)`` elementwise.
 
-    Safeguarded Newton: since ``U`` is convex, the minimiser lies between
-    ``centre`` and ``centre - rho^2 U'(centre)``, so Newton steps that leave
-    that bracket are replaced by bisection. Convergence is declared when
+    Safeguarded Newton (in the manner of Numerical Recipes' ``rtsafe``): since
+    ``U`` is convex, the minimiser lies between ``centre`` and
+    ``centre - rho^2 U'(centre)``; a Newton step is taken only when it stays
+    inside the shrinking bracket and at most halves the previous step,
+    otherwise the bracket is bisected. This stops both the 2-cycles Newton
+    can fall into on logistic potentials and its one-unit-per-step crawl down
+    an exponential (Poisson far above the mode). Convergence is declared when
     ``|g'(z)| * rho < tol``; the exact sampler does not need more (its
     envelope is valid at any point, see :func:`sample_z_exact`).
 
@@ -74,16 +78,21 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
     lo = np.minimum(centre, other)
     hi = np.maximum(centre, other)
     z = np.clip(centre if z_init is None else z_init, lo, hi).astype(float, copy=True)
+    prev_step = hi - lo
     for _ in range(max_iter):
         gp = family.grad(z, y, trials) + (z - centre) * inv_r2
-        if np.all(np.abs(gp) * rho < tol):
+        done = np.abs(gp) * rho < tol
+        if np.all(done):
             break
         pos = gp > 0
         hi = np.where(pos, z, hi)
         lo = np.where(pos, lo, z)
-        newton = z - gp / (family.hess(z, y, trials) + inv_r2)
-        inside = (newton > lo) & (newton < hi)
-        z = np.where(inside, newton, 0.5 * (lo + hi))
+        with np.errstate(over="ignore", invalid="ignore"):
+            newton = z - gp / (family.hess(z, y, trials) + inv_r2)
+        ok = (newton > lo) & (newton < hi) & (np.abs(newton - z) <= 0.5 * prev_step)
+        new = np.where(done, z, np.where(ok, newton, 0.5 * (lo + hi)))
+        prev_step = np.where(done, prev_step, np.abs(new - z))
+        z = new
     return z
 
 
@@ -289,7 +298,11 @@ class GaussianThetaConditional:
                 Q = Q + (A.T * w) @ A
                 lin += A.T @ (w * resid)
         try:
-            self._chol = scipy.linalg.cholesky(Q, lower=True)
+            chol = scipy.linalg.cholesky(Q, lower=True)
+            # round-off can leave a tiny positive pivot on a rank-deficient Q
+            if np.min(np.diag(chol) ** 2 / np.diag(Q)) < 1e-10:
+                raise np.linalg.LinAlgError("numerically singular")
+            self._chol = chol
         except np.linalg.LinAlgError as err:
             raise SingularPrecisionError(
                 "the precision of theta | z is not positive definite: the coefficients are "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 
 try:  # pytensor >= 2.31
@@ -281,6 +282,35 @@ def _coef_labels(theta_rvs, shapes):
     return labels
 
 
+def _nonfinite_data(graph, model):
+    """Describe the data (constants, ``pm.Data``) with NaN/inf in a predictor's graph."""
+    out = []
+    for var in ancestors([graph], blockers=model.free_RVs):
+        if var.owner is not None or var in model.free_RVs:
+            continue
+        if isinstance(var, Constant):
+            val = var.data
+        elif isinstance(var, SharedVariable):
+            val = var.get_value()
+        else:
+            continue
+        try:
+            arr = np.asarray(np.ma.getdata(val), dtype=float)
+        except (TypeError, ValueError):
+            continue
+        bad = ~np.isfinite(arr)
+        if np.ma.is_masked(val):
+            bad |= np.ma.getmaskarray(val)
+        if np.any(bad):
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            what = f"pm.Data {var.name!r}" if isinstance(var, SharedVariable) else "an array"
+            out.append(
+                f"{what} of shape {arr.shape} has {int(bad.sum())} NaN/inf value(s), first at "
+                f"index {first}"
+            )
+    return out
+
+
 def _affine_map(terms, theta_rvs, model, rng):
     """Read off ``(A, offset)`` of each linear predictor, verifying affinity numerically.
 
@@ -294,6 +324,7 @@ def _affine_map(terms, theta_rvs, model, rng):
     value_vars = [model.rvs_to_values[rv] for rv in theta_rvs]
     split = [t for t in terms if t.kind == "split"]
     graphs = model.replace_rvs_by_values([t.eta for t in terms] + [t.param for t in split])
+    # the split terms' parameters follow the predictors in the outputs
     fn = pytensor.function(value_vars, graphs, on_unused_input="ignore")
     shapes = [_shape_of(rv) for rv in theta_rvs]
     sizes = [int(np.prod(s)) for s in shapes]
@@ -311,13 +342,43 @@ def _affine_map(terms, theta_rvs, model, rng):
             outs = fn(*args)
         return [np.broadcast_to(o, s).ravel().astype(float) for o, s in zip(outs, out_shapes)]
 
-    points = [np.zeros(d)] + list(np.eye(d)) + [rng.normal(size=d) * 1.7 for _ in range(2)]
-    values = [evaluate(t) for t in points]
-    offsets = values[0][: len(terms)]
+    k = len(terms)
+    param_index = {i: k + j for j, i in enumerate(i for i, t in enumerate(terms) if t.kind == "split")}
+    link_ok = {i: True for i in param_index}
+    log_ref = {}
+
+    def check_link(vals):
+        """Does each split term's parameter equal inverse_link(eta) at this point?"""
+        for i, m in param_index.items():
+            eta, par = vals[i], vals[m]
+            seen = np.isfinite(eta)  # non-finite rows are reported separately
+            with np.errstate(all="ignore"):
+                if _LINKS[terms[i].family][3] == "logit":
+                    good = np.abs(par - expit(eta)) <= 1e-9
+                else:
+                    # log link: log(mu) - eta must be the same at every point
+                    log_ratio = np.log(par) - eta
+                    if i not in log_ref:
+                        log_ref[i] = log_ratio
+                    ref = log_ref[i]
+                    seen &= np.isfinite(ref) & (np.abs(eta) < 600)
+                    good = np.abs(log_ratio - ref) <= 1e-9 * (1.0 + np.abs(eta) + np.abs(ref))
+            if not np.all(good[seen]):
+                link_ok[i] = False
+
+    vals0 = evaluate(np.zeros(d))
+    check_link(vals0)
+    offsets = vals0[:k]
     cols = [np.empty((o.shape[0], d)) for o in offsets]
+    unit = np.zeros(d)
     for j in range(d):
-        for A, o, v in zip(cols, offsets, values[1 + j]):
-            A[:, j] = v - o
+        unit[j] = 1.0
+        vals = evaluate(unit)
+        unit[j] = 0.0
+        check_link(vals)
+        with np.errstate(invalid="ignore"):
+            for A, o, v in zip(cols, offsets, vals):
+                A[:, j] = v - o
 
     labels = _coef_labels(theta_rvs, shapes)
     for t, A, o in zip(terms, cols, offsets):
@@ -326,40 +387,49 @@ def _affine_map(terms, theta_rvs, model, rng):
             bad_rows |= ~np.all(np.isfinite(A), axis=1)
         if np.any(bad_rows):
             rows = np.flatnonzero(bad_rows)
-            bad_cols = [labels[j] for j in np.flatnonzero(~np.all(np.isfinite(A), axis=0))]
-            where = f" (coefficient(s) {bad_cols[:5]})" if bad_cols else " (its offset)"
+            sources = _nonfinite_data(t.eta, model)
+            found = f" Non-finite data in the predictor: {'; '.join(sources)}." if sources else ""
             raise ValueError(
                 f"observed variable {t.rv.name!r}: the linear predictor has non-finite values "
-                f"(NaN or inf) in {rows.size} row(s), first at row {rows[0]}{where}. The design "
-                "matrix X (or an offset / covariate in the predictor) contains NaN or inf, e.g. "
-                "missing values; remove or impute those rows before building the model."
+                f"(NaN or inf) in {rows.size} row(s), first at row {rows[0]}.{found} The design "
+                "matrix X (or an offset / covariate in the predictor) must be finite: remove or "
+                "impute the rows with missing values (and avoid log(0) offsets) before building "
+                "the model."
             )
 
-    for theta, vals in zip(points[1 + d :], values[1 + d :]):
-        for A, o, v, nm in zip(cols, offsets, vals, names):
-            pred = o + A @ theta
-            scale = 1.0 + np.abs(o) + np.abs(A) @ np.abs(theta)
-            if not np.all(np.abs(v - pred) <= 1e-7 * scale):
-                raise UnsupportedModelError(
-                    f"the linear predictor of observed variable {nm!r} is not affine in the "
-                    f"coefficients {[rv.name for rv in theta_rvs]} (e.g. it contains products "
-                    "of coefficients or nonlinear functions of them). SplitGibbs needs "
-                    "eta = X @ beta + offset; sample this model with NUTS instead."
-                )
+    def close(v, pred, A, o, theta):
+        scale = 1.0 + np.abs(o) + np.abs(A) @ np.abs(theta)
+        return np.all(np.abs(v - pred) <= 1e-7 * scale)
+
+    for _ in range(2):
+        theta = rng.normal(size=d) * 1.7
+        vals = evaluate(theta)
+        check_link(vals)
+        for i, (A, o, v, nm) in enumerate(zip(cols, offsets, vals, names)):
+            if close(v, o + A @ theta, A, o, theta):
+                continue
+            # which coefficients enter non-linearly: the slope along e_j at this
+            # random point differs from the slope at zero
+            culprits = []
+            for j in range(d):
+                step = theta.copy()
+                step[j] += 1.0
+                moved = evaluate(step)[i]
+                if not close(moved - v, A[:, j], A, o, theta):
+                    culprits.append(labels[j])
+            which = f" through {culprits[:10]}" if culprits else ""
+            raise UnsupportedModelError(
+                f"the linear predictor of observed variable {nm!r} is not affine in the "
+                f"coefficients {[rv.name for rv in theta_rvs]}{which} (e.g. it contains products "
+                "of coefficients or nonlinear functions of them). SplitGibbs needs "
+                "eta = X @ beta + offset; sample this model with NUTS instead."
+            )
 
     # the distribution parameter must be the inverse link of eta
-    k = len(terms)
-    for i, t in enumerate(terms):
-        if t.kind != "split":
-            continue
-        m = k + split.index(t)
-        link = _LINKS[t.family]
-        etas = np.array([vals[i] for vals in values])
-        pars = np.array([vals[m] for vals in values])
-        if link[3] == "logit":
-            with np.errstate(all="ignore"):
-                ok = np.abs(pars - expit(etas)) <= 1e-9
-            if not np.all(ok):
+    for i, ok in link_ok.items():
+        t = terms[i]
+        if _LINKS[t.family][3] == "logit":
+            if not ok:
                 raise UnsupportedModelError(
                     f"observed variable {t.rv.name!r}: its {_dist_name(t.rv)} parameter p "
                     "contains invlogit(eta) but is not equal to it (e.g. p = c * invlogit(eta) or "
@@ -367,14 +437,15 @@ def _affine_map(terms, theta_rvs, model, rng):
                     f"p=pm.math.invlogit(eta). Supported: {SUPPORTED}."
                 )
             continue
-        # log link: log(mu) - eta must be the same finite value at every point
-        with np.errstate(all="ignore"):
-            log_ratio = np.log(pars) - etas
-        usable = np.isfinite(log_ratio) & (np.abs(etas) < 600)
-        ref = log_ratio[0]
-        tol = 1e-9 * (1.0 + np.abs(etas) + np.abs(ref))
-        consistent = ~usable | (np.abs(log_ratio - ref) <= tol)
-        if not (np.all(usable[0]) and np.all(consistent)):
+        ref = log_ref[i]
+        if ok and not np.all(np.isfinite(ref)):
+            row = int(np.flatnonzero(~np.isfinite(ref))[0])
+            raise ValueError(
+                f"observed variable {t.rv.name!r}: mu = exposure * exp(eta) with a zero or "
+                f"non-finite exposure factor, first at row {row}; the exposure must be positive "
+                "and finite (drop rows with zero exposure)."
+            )
+        if not ok:
             raise UnsupportedModelError(
                 f"observed variable {t.rv.name!r}: its {_dist_name(t.rv)} parameter mu contains "
                 "exp(eta) but is not exp(eta) times a positive constant, so the link is not "

@@ -32,6 +32,8 @@ class SGSState(NamedTuple):
     z: np.ndarray
     #: modes of z_i | theta from the last sweep, to warm-start Newton (n,)
     z_mode: np.ndarray
+    #: log importance weight at theta, when known (exact mode carries it)
+    log_weight: float = float("nan")
 
 
 class SGSInfo(NamedTuple):
@@ -44,6 +46,8 @@ class SGSInfo(NamedTuple):
     z_accept: float
     #: log pi(theta) - log pi_rho(theta) + const at the new theta (nan if not computed)
     log_weight: float = float("nan")
+    #: exact mode: MH acceptance probability of the pi-correction (nan otherwise)
+    exact_accept: float = float("nan")
 
 
 def validate_rho(rho, n: int) -> np.ndarray:
@@ -220,4 +224,50 @@ class SplitGibbsKernel:
         if self.log_weights:
             log_w, mode = self.log_weight(theta, mode)
             info = info._replace(log_weight=log_w)
+            return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w), info
         return SGSState(theta=theta, z=z, z_mode=mode), info
+
+    def _z_update(self, theta, z, z_mode, rng):
+        if self.alpha == 0.0:
+            z, mode, n_prop = self.sample_z(theta, z_mode, rng)
+            return z, mode, n_prop / max(z.shape[0], 1), 1.0
+        z, mode, acc = self.move_z(theta, z, z_mode, rng)
+        return z, mode, 0.0, acc
+
+    def exact_step(self, state: SGSState, rng: np.random.Generator, n_sweeps: int = 1):
+        """One Metropolis-Hastings step that targets pi itself (not pi_rho).
+
+        The proposal is ``n_sweeps`` palindromic sweeps ``z, theta, z`` of the
+        split model. Each update is reversible for ``Pi_rho``, and a palindromic
+        product of reversible kernels is reversible, so the proposal is
+        ``Pi_rho``-reversible on ``(theta, z)``; accepting it with probability
+        ``min(1, w(theta') / w(theta))`` makes the chain target
+        ``Pi_rho(theta, z) w(theta)``, whose theta-marginal is ``pi`` exactly.
+        """
+        if self.A.shape[0] == 0:
+            return self.sweep(state, rng)
+        log_w0 = state.log_weight
+        if not np.isfinite(log_w0):
+            log_w0, _ = self.log_weight(state.theta, state.z_mode)
+        alpha = self.alpha
+        theta, z, mode = state.theta, state.z, state.z_mode
+        props, accs = [], []
+        for _ in range(int(n_sweeps)):
+            z, mode, p, a = self._z_update(theta, z, mode, rng)
+            props.append(p)
+            accs.append(a)
+            theta = self.theta_conditional.sample(z, rng, theta=theta, alpha=alpha)
+            z, mode, p, a = self._z_update(theta, z, mode, rng)
+            props.append(p)
+            accs.append(a)
+        log_w1, mode1 = self.log_weight(theta, mode)
+        accept_prob = float(np.exp(min(0.0, log_w1 - log_w0)))
+        info = SGSInfo(
+            z_proposals=float(np.mean(props)), z_accept=float(np.mean(accs)),
+            exact_accept=accept_prob,
+        )
+        if rng.random() < accept_prob:
+            info = info._replace(log_weight=log_w1)
+            return SGSState(theta=theta, z=z, z_mode=mode1, log_weight=log_w1), info
+        info = info._replace(log_weight=log_w0)
+        return state._replace(log_weight=log_w0), info

@@ -1,0 +1,420 @@
+"""Bad input fails at ``SplitGibbs(...)`` construction, with a message that names
+the variable (or parameter) and says why, before any sampling starts."""
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_sgs import SplitGibbs, UnsupportedModelError
+
+N, D = 25, 3
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(N, D))
+    y = (rng.random(N) < 0.5).astype(float)
+    counts = rng.poisson(2.0, size=N).astype(float)
+    return X, y, counts
+
+
+def logistic(X, y, rho=0.2, **kwargs):
+    """Build a logistic model and construct SplitGibbs in it."""
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=X.shape[1])
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+        return SplitGibbs(rho=rho, **kwargs)
+
+
+def test_unsupported_model_error_is_value_error():
+    assert issubclass(UnsupportedModelError, ValueError)
+
+
+def test_valid_model_constructs(data):
+    X, y, _ = data
+    step = logistic(X, y)
+    assert [v.name for v in step.vars] == ["beta"]
+
+
+# ------------------------------------------------------------ model structure
+def test_no_observed_variable():
+    with pm.Model():
+        pm.Normal("beta", 0.0, 1.0, shape=2)
+        with pytest.raises(UnsupportedModelError, match="no observed variables"):
+            SplitGibbs(rho=0.2)
+
+
+def test_non_glm_likelihood(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.StudentT("y", nu=3, mu=X @ b, sigma=1.0, observed=np.zeros(N))
+        with pytest.raises(UnsupportedModelError, match=r"'y'.*StudentT.*(not|no)"):
+            SplitGibbs(rho=0.2)
+
+
+def test_non_glm_likelihood_next_to_a_glm_term(data):
+    X, y, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+        pm.StudentT("w", nu=3, mu=X @ b, sigma=1.0, observed=np.zeros(N))
+        with pytest.raises(UnsupportedModelError, match=r"'w' has a StudentT likelihood"):
+            SplitGibbs(rho=0.2)
+
+
+@pytest.mark.parametrize(
+    "make_eta, culprits",
+    [
+        (lambda b, X: b[0] * b[1] * X[:, 0], r"\['beta\[0\]', 'beta\[1\]'\]"),
+        (lambda b, X: pm.math.exp(b) @ X.T, r"\['beta\[0\]', 'beta\[1\]', 'beta\[2\]'\]"),
+        (lambda b, X: X @ b + b[2] ** 2, r"\['beta\[2\]'\]"),
+    ],
+    ids=["product", "exp", "square"],
+)
+def test_non_affine_predictor(data, make_eta, culprits):
+    X, y, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", logit_p=make_eta(b, X), observed=y)
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"predictor of observed variable 'y' is not affine in the coefficients "
+            r"\['beta'\] through " + culprits,
+        ):
+            SplitGibbs(rho=0.2)
+
+
+def test_non_affine_in_one_of_two_scalar_coefficients(data):
+    X, y, _ = data
+    with pm.Model():
+        a = pm.Normal("a", 0.0, 1.0)
+        s = pm.Normal("s", 0.0, 1.0)
+        pm.Bernoulli("y", logit_p=a + pm.math.exp(s) * X[:, 0], observed=y)
+        with pytest.raises(UnsupportedModelError, match=r"not affine in the coefficients \['a', 's'\] through \['s'\]"):
+            SplitGibbs(rho=0.2)
+
+
+def test_poisson_mu_not_exp_of_predictor(data):
+    X, _, counts = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Poisson("c", mu=(X @ b) ** 2 + 1.0, observed=counts)
+        with pytest.raises(UnsupportedModelError, match=r"'c'.*parameter mu is not a log-link.*exp"):
+            SplitGibbs(rho=0.2)
+
+
+def test_poisson_mu_nonlinear_in_exp(data):
+    X, _, counts = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Poisson("c", mu=pm.math.exp(X @ b) ** 2 + 1.0, observed=counts)
+        with pytest.raises(UnsupportedModelError, match=r"'c'.*not exp\(eta\) times a positive constant"):
+            SplitGibbs(rho=0.2)
+
+
+def test_bernoulli_p_scaled_sigmoid(data):
+    X, y, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", p=0.5 * pm.math.invlogit(X @ b), observed=y)
+        with pytest.raises(UnsupportedModelError, match=r"'y'.*not equal to it.*logit"):
+            SplitGibbs(rho=0.2)
+
+
+def test_bernoulli_mixture_of_two_sigmoids(data):
+    X, y, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        p = 0.5 * pm.math.invlogit(X @ b) + 0.5 * pm.math.invlogit(-(X @ b))
+        pm.Bernoulli("y", p=p, observed=y)
+        with pytest.raises(UnsupportedModelError, match=r"'y'.*2 separate invlogit"):
+            SplitGibbs(rho=0.2)
+
+
+def test_bernoulli_probit_link(data):
+    X, y, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", p=pm.math.invprobit(X @ b), observed=y)
+        with pytest.raises(UnsupportedModelError, match=r"'y'.*parameter p is not a logit-link"):
+            SplitGibbs(rho=0.2)
+
+
+# -------------------------------------------------------------------- priors
+def test_hierarchical_prior(data):
+    X, y, _ = data
+    with pm.Model():
+        tau = pm.HalfNormal("tau", 1.0)
+        b = pm.Normal("beta", 0.0, tau, shape=D)
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+        with pytest.raises(UnsupportedModelError, match=r"prior of coefficient 'beta'.*\['tau'\].*hierarchical"):
+            SplitGibbs(rho=0.2)
+
+
+@pytest.mark.parametrize(
+    "prior, name",
+    [
+        (lambda: pm.HalfNormal("beta", 1.0, shape=D), "HalfNormal"),
+        (lambda: pm.Laplace("beta", 0.0, 1.0, shape=D), "Laplace"),
+    ],
+)
+def test_non_gaussian_prior(data, prior, name):
+    X, y, _ = data
+    with pm.Model():
+        b = prior()
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+        with pytest.raises(UnsupportedModelError, match=rf"coefficient 'beta'.*{name}.*Normal, MvNormal or Flat"):
+            SplitGibbs(rho=0.2)
+
+
+def test_flat_prior_duplicated_columns_is_improper(data):
+    X, y, _ = data
+    Xdup = np.column_stack([X, X[:, 1]])
+    with pm.Model():
+        b = pm.Flat("beta", shape=D + 1)
+        pm.Bernoulli("y", logit_p=Xdup @ b, observed=y)
+        with pytest.raises(ValueError, match=r"improper.*beta\[1\].*beta\[3\].*proper prior"):
+            SplitGibbs(rho=0.2)
+
+
+def test_flat_prior_duplicated_columns_free_sigma(data):
+    """With a free sigma the theta-step is factored only at the first sweep: the
+    check must still happen at construction."""
+    X, _, _ = data
+    Xdup = np.column_stack([X, X[:, 0]])
+    with pm.Model():
+        b = pm.Flat("beta", shape=D + 1)
+        s = pm.HalfNormal("sigma", 1.0)
+        pm.Normal("yc", mu=Xdup @ b, sigma=s, observed=np.zeros(N))
+        with pytest.raises(ValueError, match=r"improper.*beta\[0\].*beta\[3\].*proper prior"):
+            SplitGibbs(rho=0.2)
+
+
+def test_flat_prior_more_coefficients_than_rows():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3, 5))
+    with pm.Model():
+        b = pm.Flat("beta", shape=5)
+        pm.Bernoulli("y", logit_p=X @ b, observed=np.array([0.0, 1.0, 1.0]))
+        with pytest.raises(ValueError, match=r"improper.*'beta\[.*proper prior"):
+            SplitGibbs(rho=0.2)
+
+
+def test_mvnormal_prior_singular_covariance(data):
+    X, y, _ = data
+    with pm.Model():
+        b = pm.MvNormal("beta", mu=np.zeros(D), cov=np.ones((D, D)))
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+        with pytest.raises(ValueError, match=r"'beta'.*MvNormal.*positive definite"):
+            SplitGibbs(rho=0.2)
+
+
+def test_potential_involving_beta(data):
+    X, y, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+        pm.Potential("shrink", -pm.math.abs(b).sum())
+        with pytest.raises(UnsupportedModelError, match=r"pm.Potential 'shrink'.*'beta'"):
+            SplitGibbs(rho=0.2)
+
+
+def test_coefficient_used_as_a_prior_parameter(data):
+    X, y, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+        pm.Normal("other", mu=b[0], sigma=1.0)
+        with pytest.raises(UnsupportedModelError, match=r"'other' depends on the coefficient.*'beta'"):
+            SplitGibbs(rho=0.2)
+
+
+# ---------------------------------------------------------------------- data
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_design(data, bad):
+    X, y, _ = data
+    Xb = X.copy()
+    Xb[4, 1] = bad
+    with pytest.raises(
+        ValueError,
+        match=r"observed variable 'y'.*non-finite.*row 4\..*an array of shape \(25, 3\).*"
+        r"index \(4, 1\).*design matrix X",
+    ):
+        logistic(Xb, y)
+
+
+def test_non_finite_design_in_pm_data(data):
+    X, y, _ = data
+    Xb = X.copy()
+    Xb[7, 0] = np.inf  # pm.Data refuses NaN, but takes inf
+    with pm.Model():
+        Xd = pm.Data("X", Xb)
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", logit_p=Xd @ b, observed=y)
+        with pytest.raises(ValueError, match=r"'y'.*non-finite.*row 7.*pm.Data 'X'.*\(7, 0\)"):
+            SplitGibbs(rho=0.2)
+
+
+def test_nan_design_through_set_data(data):
+    X, y, _ = data
+    Xb = X.copy()
+    Xb[9, 2] = np.nan
+    with pm.Model():
+        Xd = pm.Data("X", X)
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", logit_p=Xd @ b, observed=y)
+        pm.set_data({"X": Xb})
+        with pytest.raises(ValueError, match=r"'y'.*non-finite.*row 9.*pm.Data 'X'.*\(9, 2\)"):
+            SplitGibbs(rho=0.2)
+
+
+def test_non_finite_offset(data):
+    X, _, counts = data
+    expo = np.ones(N)
+    expo[2] = 0.0  # log(0) = -inf
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        with np.errstate(divide="ignore"):
+            log_expo = np.log(expo)
+        pm.Poisson("c", mu=pm.math.exp(log_expo + X @ b), observed=counts)
+        with pytest.raises(ValueError, match=r"'c'.*non-finite.*row 2\..*shape \(25,\).*\(2,\).*log\(0\)"):
+            SplitGibbs(rho=0.2)
+
+
+def test_zero_exposure_factor(data):
+    X, _, counts = data
+    expo = np.ones(N)
+    expo[5] = 0.0
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Poisson("c", mu=expo * pm.math.exp(X @ b), observed=counts)
+        with pytest.raises(ValueError, match=r"'c'.*zero or non-finite exposure.*row 5"):
+            SplitGibbs(rho=0.2)
+
+
+def test_nan_in_y_imputed_by_pymc(data):
+    X, y, _ = data
+    yb = y.copy()
+    yb[5] = np.nan
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        with pytest.warns(UserWarning), np.errstate(invalid="ignore"):  # PyMC imputes y
+            pm.Bernoulli("y", logit_p=X @ b, observed=yb)
+        with pytest.raises(ValueError, match=r"observed data of 'y' contains NaN.*'y_unobserved'.*Drop"):
+            SplitGibbs(rho=0.2)
+
+
+def test_nan_in_y_of_normal_likelihood(data):
+    X, _, _ = data
+    yc = np.zeros(N)
+    yc[0] = np.nan
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        with pytest.warns(UserWarning):
+            pm.Normal("yc", mu=X @ b, sigma=1.0, observed=yc)
+        with pytest.raises(ValueError, match=r"observed data of 'yc' contains NaN"):
+            SplitGibbs(rho=0.2)
+
+
+def test_bernoulli_y_outside_support(data):
+    X, y, _ = data
+    yb = y.copy()
+    yb[3] = 2.0
+    with pytest.raises(ValueError, match=r"observed data of 'y' must be 0 or 1.*2\.0.*index 3"):
+        logistic(X, yb)
+
+
+@pytest.mark.parametrize(
+    "value, msg",
+    [(-1.0, r"must be non-negative counts.*-1\.0"), (1.5, r"must be whole numbers.*1\.5")],
+)
+def test_poisson_y_outside_support(data, value, msg):
+    """Through a float pm.Data container: PyMC casts it to int in the graph (and
+    truncates a plain numpy 1.5 to 1 when the model is built, before we see it)."""
+    X, _, counts = data
+    c = counts.copy()
+    c[6] = value
+    with pm.Model():
+        cd = pm.Data("counts", c)
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Poisson("c", mu=pm.math.exp(X @ b), observed=cd)
+        with pytest.raises(ValueError, match=r"observed data of 'c'.*" + msg):
+            SplitGibbs(rho=0.2)
+
+
+def test_poisson_negative_count_numpy(data):
+    X, _, counts = data
+    c = counts.copy()
+    c[2] = -3
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Poisson("c", mu=pm.math.exp(X @ b), observed=c)
+        with pytest.raises(ValueError, match=r"observed data of 'c' must be non-negative counts.*-3"):
+            SplitGibbs(rho=0.2)
+
+
+def test_binomial_successes_above_trials(data):
+    X, _, _ = data
+    n = np.full(N, 3)
+    k = np.ones(N, dtype=int)
+    k[8] = 5
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Binomial("k", n=n, logit_p=X @ b, observed=k)
+        with pytest.raises(ValueError, match=r"observed data of 'k' must lie in \[0, n\].*y=.*5\.0.*n=.*3\.0.*index 8"):
+            SplitGibbs(rho=0.2)
+
+
+# ----------------------------------------------------------------------- rho
+@pytest.mark.parametrize(
+    "rho, msg",
+    [
+        (0.0, r"rho must be positive and finite; received"),
+        (-0.5, r"rho must be positive and finite; received"),
+        (np.nan, r"rho must be positive and finite; received"),
+        (np.inf, r"rho must be positive and finite; received"),
+        ("abc", r"rho must be a positive number; received 'abc'"),
+        (None, r"rho must be given.*received None"),
+        (np.array([0.2, 0.0] * 12 + [0.2]), r"rho must be positive and finite"),
+        (np.ones((2, 2)), r"rho must be a scalar or a 1-D array"),
+    ],
+    ids=["zero", "negative", "nan", "inf", "string", "None", "zero-entry", "2-D"],
+)
+def test_bad_rho(data, rho, msg):
+    X, y, _ = data
+    with pytest.raises(ValueError, match=msg):
+        logistic(X, y, rho=rho)
+
+
+def test_rho_missing(data):
+    X, y, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+        with pytest.raises(ValueError, match=r"rho must be given"):
+            SplitGibbs()
+
+
+def test_rho_array_wrong_length(data):
+    X, y, _ = data
+    with pytest.raises(ValueError, match=rf"rho given per observation must have one value per split row \({N}\); received an array of length {N - 1}"):
+        logistic(X, y, rho=np.full(N - 1, 0.2))
+
+
+def test_rho_array_right_length(data):
+    X, y, _ = data
+    step = logistic(X, y, rho=np.full(N, 0.2))
+    assert step.kernel.rho.shape == (N,)
+
+
+# ------------------------------------------------------------------- vars
+def test_vars_missing_a_coefficient(data):
+    X, y, _ = data
+    with pm.Model():
+        a = pm.Normal("a", 0.0, 1.0)
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", logit_p=a + X @ b, observed=y)
+        with pytest.raises(UnsupportedModelError, match=r"depend on \['a'\].*not among the variables"):
+            SplitGibbs([b], rho=0.2)
