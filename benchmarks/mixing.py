@@ -19,7 +19,7 @@ For every coupling ``rho`` and over-relaxation ``alpha`` it reports
 
 Usage::
 
-    python benchmarks/mixing.py            # full (~10 min on 2 cores)
+    python benchmarks/mixing.py            # full (~12 min on 2 idle cores; 21 min measured on a shared machine)
     python benchmarks/mixing.py --quick    # CI smoke run (< 60 s), no results file
 
 Chains run in parallel worker processes (``--jobs``, default ``nproc``), each

@@ -262,11 +262,8 @@ class GaussianThetaConditional:
         self._prior_linear = self._prior_precision @ np.asarray(prior_mean, dtype=float)
         self.split_A = split_A
         self.split_offset = split_offset
-        n = split_A.shape[0]
-        self.rho = np.broadcast_to(np.asarray(rho, dtype=float), (n,))
-        w = 1.0 / self.rho**2
-        self._split_precision = (split_A.T * w) @ split_A if n else np.zeros((self.d, self.d))
-        self._w = w
+        self._split_gram = None  # A^T A, kept when rho is scalar so set_rho needs no data pass
+        self._set_split_precision(rho)
         self._gaussian = []
         for A, o, y in gaussian_terms:
             A = np.asarray(A, float)
@@ -278,6 +275,29 @@ class GaussianThetaConditional:
         self._gaussian_linear = np.zeros(self.d)
         if not self._gaussian:
             self.set_sigmas(())
+
+    def _set_split_precision(self, rho) -> None:
+        n = self.split_A.shape[0]
+        rho = np.asarray(rho, dtype=float)
+        self.rho = np.broadcast_to(rho, (n,))
+        self._w = 1.0 / self.rho**2
+        if n == 0:
+            self._split_precision = np.zeros((self.d, self.d))
+        elif rho.ndim == 0:
+            if self._split_gram is None:
+                self._split_gram = self.split_A.T @ self.split_A
+            self._split_precision = self._split_gram / float(rho) ** 2
+        else:
+            self._split_precision = (self.split_A.T * self._w) @ self.split_A
+
+    def set_rho(self, rho) -> None:
+        """Change the coupling and refactor the precision."""
+        self._set_split_precision(rho)
+        sigmas = self._sigmas if self._sigmas is not None else ()
+        self._chol = None
+        if self._gaussian and self._sigmas is None:
+            return  # factored at the first set_sigmas
+        self.set_sigmas(sigmas)
 
     def set_sigmas(self, sigmas) -> None:
         """Set the scales of the Gaussian terms; refactor only if they changed."""

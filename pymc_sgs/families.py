@@ -17,7 +17,7 @@ References
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit, gammaln, log_expit
+from scipy.special import expit, gammaln
 
 __all__ = ["Family", "BinomialLogit", "BernoulliLogit", "PoissonLog", "NormalIdentity", "FAMILIES"]
 
@@ -142,7 +142,7 @@ class BinomialLogit(Family):
 
     def log_likelihood(self, z, y, trials=None):
         logcomb = gammaln(trials + 1) - gammaln(y + 1) - gammaln(trials - y + 1)
-        return logcomb + y * log_expit(z) + (trials - y) * log_expit(-z)
+        return logcomb + y * z - trials * _softplus(z)
 
     def bregman(self, z, z0, y, trials=None):
         # the y-terms of U cancel; the clip removes round-off below zero
@@ -177,7 +177,8 @@ class BernoulliLogit(BinomialLogit):
         return super().hess(z, y, 1.0)
 
     def log_likelihood(self, z, y, trials=None):
-        return y * log_expit(z) + (1.0 - y) * log_expit(-z)
+        # y log expit(z) + (1 - y) log expit(-z), with one transcendental per element
+        return y * z - _softplus(z)
 
     def bregman(self, z, z0, y, trials=None):
         return super().bregman(z, z0, y, 1.0)

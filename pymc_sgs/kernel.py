@@ -140,6 +140,12 @@ class SplitGibbsKernel:
         if problem.gaussian_terms and self._sigmas_fixed:
             self.theta_conditional.set_sigmas(fixed)
 
+    def set_rho(self, rho) -> None:
+        """Change the coupling (e.g. while tuning it); refactors ``theta | z``."""
+        self.rho = validate_rho(rho, self.A.shape[0])
+        self._rho_rows = np.broadcast_to(self.rho, (self.A.shape[0],))
+        self.theta_conditional.set_rho(self.rho)
+
     def init(self, theta, rng: np.random.Generator | None = None) -> SGSState:
         """State at coefficients ``theta``; with ``rng``, z is an exact draw of ``z | theta``."""
         theta = np.asarray(theta, dtype=float).copy()
@@ -237,12 +243,17 @@ class SplitGibbsKernel:
     def exact_step(self, state: SGSState, rng: np.random.Generator, n_sweeps: int = 1):
         """One Metropolis-Hastings step that targets pi itself (not pi_rho).
 
-        The proposal is ``n_sweeps`` palindromic sweeps ``z, theta, z`` of the
-        split model. Each update is reversible for ``Pi_rho``, and a palindromic
-        product of reversible kernels is reversible, so the proposal is
-        ``Pi_rho``-reversible on ``(theta, z)``; accepting it with probability
-        ``min(1, w(theta') / w(theta))`` makes the chain target
-        ``Pi_rho(theta, z) w(theta)``, whose theta-marginal is ``pi`` exactly.
+        The proposal runs ``n_sweeps`` sweeps of the split model, either all in
+        the order (z, theta) or all in the order (theta, z), each with
+        probability 1/2. With Z and T the two updates (each reversible for
+        ``Pi_rho``), the adjoint of ``(Z T)^K`` is ``(T Z)^K``, so the 50/50
+        mixture is ``Pi_rho``-reversible on ``(theta, z)``; accepting with
+        probability ``min(1, w(theta') / w(theta))`` therefore makes the chain
+        target ``Pi_rho(theta, z) w(theta)``, whose theta-marginal is exactly
+        ``pi``. Within the K sweeps the updates alternate as in the plain
+        over-relaxed sampler, which keeps its fast, persistent moves (a
+        palindromic ``Z T Z`` proposal would apply two over-relaxed z-moves in
+        a row, which nearly cancel).
         """
         if self.A.shape[0] == 0:
             return self.sweep(state, rng)
@@ -252,12 +263,14 @@ class SplitGibbsKernel:
         alpha = self.alpha
         theta, z, mode = state.theta, state.z, state.z_mode
         props, accs = [], []
+        z_first = rng.random() < 0.5
         for _ in range(int(n_sweeps)):
-            z, mode, p, a = self._z_update(theta, z, mode, rng)
-            props.append(p)
-            accs.append(a)
-            theta = self.theta_conditional.sample(z, rng, theta=theta, alpha=alpha)
-            z, mode, p, a = self._z_update(theta, z, mode, rng)
+            if z_first:
+                z, mode, p, a = self._z_update(theta, z, mode, rng)
+                theta = self.theta_conditional.sample(z, rng, theta=theta, alpha=alpha)
+            else:
+                theta = self.theta_conditional.sample(z, rng, theta=theta, alpha=alpha)
+                z, mode, p, a = self._z_update(theta, z, mode, rng)
             props.append(p)
             accs.append(a)
         log_w1, mode1 = self.log_weight(theta, mode)

@@ -13,6 +13,10 @@ from pymc.util import get_random_generator
 
 from .detect import detect_split_problem
 from .kernel import SGSState, SplitGibbsKernel, validate_alpha, validate_rho
+from .rho import RhoTuner, validate_bias_tol
+
+#: starting value of rho="auto" (in linear-predictor units)
+AUTO_RHO_START = 0.5
 
 __all__ = ["SplitGibbs"]
 
@@ -22,7 +26,9 @@ class SplitGibbsState(StepMethodState):
     # per-chain state: restored between sequentially sampled chains
     z: Any
     z_mode: Any
+    log_weight: float
     tune: bool
+    rho_tuner: Any
 
 
 class SplitGibbs(BlockedStep):
@@ -40,14 +46,29 @@ class SplitGibbs(BlockedStep):
     vars : list, optional
         Coefficient variables to own. Default: every free variable of the
         linear predictor(s).
-    rho : float or array
+    rho : "auto", float or array
         Coupling between ``z`` and the linear predictor (same units as the
         linear predictor); scalar or one value per observation. The chain
         targets ``pi_rho``, whose bias vanishes as ``rho -> 0`` and whose
-        mixing slows down like ``1/rho^2``.
+        mixing slows down as rho shrinks. ``"auto"`` (default) starts at 0.5
+        and, during tuning, moves rho to the largest value whose importance
+        weights certify ``bias_tol`` (:mod:`pymc_sgs.rho`); the chosen rho is
+        the ``rho`` sampler stat.
+    bias_tol : float
+        For ``rho="auto"``: target bound, in posterior standard deviations, on
+        the bias of any posterior expectation (``sd(w / E w) <= bias_tol``).
+    exact : bool
+        Target ``pi`` exactly: every draw is an MH step whose proposal is
+        ``exact_sweeps`` over-relaxed SGS sweeps (z-first or theta-first at
+        random, which makes it ``Pi_rho``-reversible), accepted with
+        probability ``min(1, w(theta') / w(theta))``. Applies after tuning
+        (tuning draws sample ``pi_rho`` to burn in and tune rho).
+    exact_sweeps : int
+        Sweeps per MH proposal in exact mode (more sweeps keep more of the
+        over-relaxation speed-up, at a lower acceptance rate).
     alpha : float
         Over-relaxation of both Gibbs blocks, in ``(-1, 1)``. ``0`` gives plain
-        SGS (exact z draws by rejection); negative values (default ``-0.98``)
+        SGS (exact z draws by rejection); negative values (default ``-0.99``)
         over-relax theta with Adler's update and move z by over-relaxed MH
         around its Laplace approximation, which keeps ``Pi_rho`` invariant and
         mixes much faster at small rho (ALGORITHM.md, section 3).
@@ -76,7 +97,8 @@ class SplitGibbs(BlockedStep):
     mean number of Gaussian proposals per exact ``z_i`` draw (``alpha=0``);
     ``z_accept``, the mean MH acceptance probability of the over-relaxed
     z-moves (``alpha != 0``); ``log_weight``, the draw's log importance
-    weight (nan when ``log_weights=False``).
+    weight (nan when ``log_weights=False``); ``exact_accept``, the acceptance
+    probability of the pi-correction (exact mode; nan otherwise).
 
     References
     ----------
@@ -91,6 +113,7 @@ class SplitGibbs(BlockedStep):
         "z_proposals": (np.float64, []),
         "z_accept": (np.float64, []),
         "log_weight": (np.float64, []),
+        "exact_accept": (np.float64, []),
     }
     _state_class = SplitGibbsState
 
@@ -98,30 +121,56 @@ class SplitGibbs(BlockedStep):
         self,
         vars=None,
         *,
-        rho=None,
-        alpha: float = -0.98,
+        rho="auto",
+        alpha: float = -0.99,
+        bias_tol: float = 0.1,
+        exact: bool = False,
+        exact_sweeps: int = 10,
         log_weights: bool = True,
         model=None,
         rng=None,
         split_gaussian: bool = False,
         blocked: bool = True,
     ):
-        if rho is None:
-            raise ValueError(
-                "rho must be given: a positive coupling such as rho=0.2 (in units of the "
-                "linear predictor); received None."
-            )
-        validate_rho(rho, np.size(rho))  # fail on a bad value before reading the model
+        # parameters are checked before the model is read, so mistakes surface at once
+        self.auto_rho = isinstance(rho, str) and rho == "auto"
+        if not self.auto_rho:
+            if isinstance(rho, str) or rho is None:
+                raise ValueError(
+                    "rho must be 'auto' or a positive coupling such as rho=0.2 (in units of "
+                    f"the linear predictor); received {rho!r}."
+                )
+            validate_rho(rho, np.size(rho))
         validate_alpha(alpha)
+        bias_tol = validate_bias_tol(bias_tol)
+        if isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 1:
+            raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
+        if (self.auto_rho or exact) and not log_weights:
+            raise ValueError(
+                "log_weights=False is incompatible with rho='auto' and exact=True, which need "
+                "the importance weights; received log_weights=False."
+            )
         model = pm.modelcontext(model)
         self.detected = detect_split_problem(model, vars, split_gaussian=split_gaussian)
-        self.kernel = SplitGibbsKernel(self.detected.problem, rho, alpha, log_weights=log_weights)
+        start_rho = AUTO_RHO_START if self.auto_rho else rho
+        self.kernel = SplitGibbsKernel(
+            self.detected.problem, start_rho, alpha, log_weights=log_weights
+        )
+        self.exact = bool(exact)
+        self.exact_sweeps = int(exact_sweeps)
+        self.bias_tol = bias_tol
         self.vars = [model[name] for name in self.detected.value_var_names]
         self.vars = [model.rvs_to_values.get(v, v) for v in self.vars]
         self._free_sigma = any(s is not None for s in self.detected.sigma_sources)
         self.z = None
         self.z_mode = None
+        self.log_weight = float("nan")
         self.tune = True
+        self.rho_tuner = (
+            RhoTuner(AUTO_RHO_START, bias_tol)
+            if self.auto_rho and self.detected.problem.n_split
+            else None
+        )
         self.rng = get_random_generator(rng)
 
     def __repr__(self) -> str:
@@ -150,22 +199,42 @@ class SplitGibbs(BlockedStep):
     # --------------------------------------------------------------------- step
     def step(self, point):
         theta = self._theta_from_point(point)
+        if self.rho_tuner is not None and float(self.kernel.rho) != self.rho_tuner.rho:
+            # sequential chains restore the tuner; keep the kernel in step with it
+            self.kernel.set_rho(self.rho_tuner.rho)
         if self._free_sigma:
             self.kernel.set_sigmas(self.detected.sigmas(point))
         if self.z_mode is None:
             state = self.kernel.init(theta, self.rng)
         else:
-            state = SGSState(theta=theta, z=self.z, z_mode=self.z_mode)
-        state, info = self.kernel.sweep(state, self.rng)
-        self.z, self.z_mode = state.z, state.z_mode
-        rho = self.kernel.rho
+            state = SGSState(theta=theta, z=self.z, z_mode=self.z_mode, log_weight=self.log_weight)
+        if self.exact and not self.tune:
+            # tuning draws are discarded: they burn in on pi_rho, which is much faster
+            # than an MH chain started in the tails, and they tune rho
+            state, info = self.kernel.exact_step(state, self.rng, self.exact_sweeps)
+        else:
+            state, info = self.kernel.sweep(state, self.rng)
+        self.z, self.z_mode, self.log_weight = state.z, state.z_mode, state.log_weight
         stats = {
-            "rho": float(np.mean(rho)),
+            "rho": float(np.mean(self.kernel.rho)),
             "z_proposals": float(info.z_proposals),
             "z_accept": float(info.z_accept),
             "log_weight": float(info.log_weight),
+            "exact_accept": float(info.exact_accept),
         }
+        if self.tune and self.rho_tuner is not None:
+            new_rho = self.rho_tuner.update(info.log_weight)
+            if new_rho is not None:
+                self.kernel.set_rho(new_rho)
+                self.log_weight = float("nan")  # the weight of theta changed with rho
         return self._theta_to_point(state.theta, point), [stats]
+
+    def stop_tuning(self):
+        """End of tuning: freeze rho (rho='auto')."""
+        if self.tune and self.rho_tuner is not None:
+            self.kernel.set_rho(self.rho_tuner.finish())
+            self.log_weight = float("nan")
+        self.tune = False
 
     @staticmethod
     def competence(var, has_grad):

@@ -375,8 +375,8 @@ def test_binomial_successes_above_trials(data):
         (-0.5, r"rho must be positive and finite; received"),
         (np.nan, r"rho must be positive and finite; received"),
         (np.inf, r"rho must be positive and finite; received"),
-        ("abc", r"rho must be a positive number; received 'abc'"),
-        (None, r"rho must be given.*received None"),
+        ("abc", r"rho must be 'auto' or a positive coupling .*received 'abc'"),
+        (None, r"rho must be 'auto' or a positive coupling .*received None"),
         (np.array([0.2, 0.0] * 12 + [0.2]), r"rho must be positive and finite"),
         (np.ones((2, 2)), r"rho must be a scalar or a 1-D array"),
     ],
@@ -388,13 +388,13 @@ def test_bad_rho(data, rho, msg):
         logistic(X, y, rho=rho)
 
 
-def test_rho_missing(data):
+def test_rho_defaults_to_auto(data):
     X, y, _ = data
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Bernoulli("y", logit_p=X @ b, observed=y)
-        with pytest.raises(ValueError, match=r"rho must be given"):
-            SplitGibbs()
+        step = SplitGibbs()
+    assert step.auto_rho and step.rho_tuner is not None
 
 
 def test_rho_array_wrong_length(data):

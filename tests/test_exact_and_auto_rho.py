@@ -1,0 +1,114 @@
+"""Exact mode (MH correction to pi) and automatic rho."""
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_sgs
+from posteriordb_cases import build_model, load_reference
+from pymc_sgs.rho import RhoTuner
+
+
+def _dogs(step_kwargs, draws=2000, tune=1000, seed=3, chains=2):
+    model, _ = build_model("dogs-dogs")
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pm.sample(
+            draws=draws,
+            tune=tune,
+            step=pymc_sgs.SplitGibbs(**step_kwargs),
+            chains=chains,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+
+
+def _mean_errors(idata, case="dogs-dogs"):
+    """Posterior-mean errors in reference sd, and their Monte Carlo errors (same units)."""
+    import arviz as az
+
+    ref = load_reference(case)
+    errs, mcses = [], []
+    for j in range(idata.posterior["beta"].shape[-1]):
+        mu, sd = ref[f"beta[{j + 1}]"]
+        x = idata.posterior["beta"].values[..., j]
+        errs.append((x.mean() - mu) / sd)
+        mcses.append(float(np.ravel(az.mcse(x, method="mean"))[0]) / sd)
+    return np.array(errs), np.array(mcses)
+
+
+def test_exact_mode_removes_bias_at_large_rho():
+    rho = 0.5
+    exact = _dogs(dict(rho=rho, exact=True, exact_sweeps=5), draws=4000)
+    err, mcse = _mean_errors(exact)
+    assert np.all(mcse < 0.05), mcse  # precise enough for a 0.15 sd check
+    assert np.max(np.abs(err)) < 0.15, err
+    acc = exact.sample_stats["exact_accept"].values
+    assert 0.2 < acc.mean() <= 1.0
+    # negative control: the same rho without the correction is visibly biased
+    plain = _dogs(dict(rho=rho, log_weights=False), draws=8000)
+    err_plain, mcse_plain = _mean_errors(plain)
+    assert np.all(mcse_plain < 0.05), mcse_plain
+    assert np.max(np.abs(err_plain)) > 0.15, err_plain
+
+
+def test_auto_rho_dogs_within_tenth_of_sd():
+    idata = _dogs(dict(), draws=8000, seed=7, chains=4)
+    rho = idata.sample_stats["rho"].values
+    # rho is fixed after tuning, per chain, and was moved from its starting value
+    assert np.all(rho == rho[:, :1])
+    assert np.all(rho[:, 0] != 0.5)
+    err, mcse = _mean_errors(idata)
+    assert np.all(mcse < 0.1 / 3), mcse
+    assert np.max(np.abs(err)) < 0.1, err
+
+
+def test_rho_tuner_reaches_the_certified_rho():
+    # synthetic weights with Var(log w) = c rho^4, the small-rho law; the fixed point is
+    # rho* = (log(1 + tol^2) / c)^(1/4)
+    rng = np.random.default_rng(0)
+    c, tol = 50.0, 0.1
+    tuner = RhoTuner(rho=1.0, bias_tol=tol)
+    for _ in range(1000):
+        tuner.update(rng.normal(0.0, np.sqrt(c) * tuner.rho**2))
+    rho_star = (np.log1p(tol**2) / c) ** 0.25
+    assert abs(tuner.rho / rho_star - 1) < 0.15, (tuner.rho, rho_star)
+    # negative control: a tuner aiming at a 4x looser tolerance lands elsewhere
+    loose = RhoTuner(rho=1.0, bias_tol=0.4)
+    for _ in range(1000):
+        loose.update(rng.normal(0.0, np.sqrt(c) * loose.rho**2))
+    assert abs(loose.rho / rho_star - 1) > 0.5
+
+
+def test_gaussian_only_model_needs_no_rho():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(30, 2))
+    y = X @ np.array([1.0, 2.0]) + rng.normal(size=30)
+    with pm.Model():
+        b = pm.Normal("b", 0, 10, shape=2)
+        pm.Normal("y", mu=X @ b, sigma=1.0, observed=y)
+        step = pymc_sgs.SplitGibbs()
+        assert step.rho_tuner is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(bias_tol=0.0), "bias_tol"),
+        (dict(bias_tol=1.5), "bias_tol"),
+        (dict(exact_sweeps=0), "exact_sweeps"),
+        (dict(exact=True, log_weights=False), "log_weights"),
+        (dict(log_weights=False), "log_weights"),
+        (dict(rho="big"), "rho"),
+        (dict(alpha=-1.0), "alpha"),
+        (dict(alpha=1.2), "alpha"),
+    ],
+)
+def test_bad_tuning_parameters(kwargs, match):
+    model, _ = build_model("dogs-dogs")
+    with model, pytest.raises(ValueError, match=match):
+        pymc_sgs.SplitGibbs(**kwargs)
