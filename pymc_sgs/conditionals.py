@@ -361,7 +361,11 @@ class GaussianThetaConditional:
         Adler's update ``mu + alpha (theta - mu) + sqrt(1 - alpha^2) Q^{-1/2} eps``
         is reversible for ``N(mu, Q^{-1})``; ``alpha = 0`` is the exact Gibbs draw.
         """
-        mu = self.mean(self.split_rhs(z))
+        return self.sample_from_rhs(self.split_rhs(z), rng, theta, alpha)
+
+    def sample_from_rhs(self, split_rhs, rng, theta=None, alpha: float = 0.0) -> np.ndarray:
+        """:meth:`sample` given ``A^T ((z - o) / rho^2)`` (from a fused pass over the data)."""
+        mu = self.mean(split_rhs)
         noise = self.noise(rng.standard_normal(self.d))
         if alpha == 0.0 or theta is None:
             return mu + noise

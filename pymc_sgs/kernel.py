@@ -17,8 +17,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .conditionals import GaussianThetaConditional, overrelaxed_z_move, sample_z_exact
+from .fused import family_code, fused_z_pass
 from .problem import SplitProblem
-from .weights import N_NODES, log_weight_rows
+from .weights import N_NODES, gauss_hermite_nodes, log_weight_rows
 
 __all__ = ["SGSState", "SGSInfo", "SplitGibbsKernel", "validate_rho", "validate_alpha"]
 
@@ -32,8 +33,10 @@ class SGSState(NamedTuple):
     z: np.ndarray
     #: modes of z_i | theta from the last sweep, to warm-start Newton (n,)
     z_mode: np.ndarray
-    #: log importance weight at theta, when known (exact mode carries it)
+    #: log importance weight at theta, when known
     log_weight: float = float("nan")
+    #: A^T ((z - o) / rho^2), the data part of theta | z (None: recompute from z)
+    atz: np.ndarray | None = None
 
 
 class SGSInfo(NamedTuple):
@@ -107,6 +110,12 @@ class SplitGibbsKernel:
         costs about ``n_nodes`` evaluations of the likelihood per sweep.
     n_nodes : int
         Quadrature nodes for the weights.
+    engine : {"auto", "numba", "numpy"}
+        How the over-relaxed z-block is computed: ``"numba"`` fuses the
+        predictor, the z-move, the weights and ``A^T z`` into one compiled pass
+        over the rows (:mod:`pymc_sgs.fused`); ``"numpy"`` is the vectorised
+        reference path. ``"auto"`` picks numba when every split family has a
+        compiled form. Both consume the same random numbers in the same order.
 
     Notes
     -----
@@ -117,7 +126,7 @@ class SplitGibbsKernel:
 
     def __init__(
         self, problem: SplitProblem, rho, alpha: float = 0.0, log_weights: bool = False,
-        n_nodes: int = N_NODES,
+        n_nodes: int = N_NODES, engine: str = "auto",
     ):
         self.problem = problem
         self.alpha = validate_alpha(alpha)
@@ -139,6 +148,26 @@ class SplitGibbsKernel:
         self._sigmas_fixed = all(s is not None for s in fixed)
         if problem.gaussian_terms and self._sigmas_fixed:
             self.theta_conditional.set_sigmas(fixed)
+        if engine not in ("auto", "numba", "numpy"):
+            raise ValueError(f"engine must be 'auto', 'numba' or 'numpy'; received {engine!r}.")
+        codes = [family_code(t.family) for t in problem.split_terms]
+        if engine == "numba" and any(c is None for c in codes):
+            raise ValueError("engine='numba' has no compiled form for some of the families.")
+        self.engine = "numpy" if engine == "numpy" or any(c is None for c in codes) else "numba"
+        self._codes = codes
+        if self.engine == "numba":
+            self.A = np.ascontiguousarray(self.A, dtype=np.float64)
+            self._term_data = [
+                (
+                    np.ascontiguousarray(self.A[sl]),
+                    np.ascontiguousarray(t.offset, dtype=float),
+                    np.ascontiguousarray(t.y, dtype=float),
+                    np.ascontiguousarray(
+                        np.broadcast_to(1.0 if t.trials is None else t.trials, (t.n,)), dtype=float
+                    ),
+                )
+                for t, sl in zip(problem.split_terms, self._slices)
+            ]
 
     def set_rho(self, rho) -> None:
         """Change the coupling (e.g. while tuning it); refactors ``theta | z``."""
@@ -153,7 +182,7 @@ class SplitGibbsKernel:
         if rng is None:
             return SGSState(theta=theta, z=centre.copy(), z_mode=centre.copy())
         z, mode, _ = self.sample_z(theta, centre, rng)
-        return SGSState(theta=theta, z=z, z_mode=mode)
+        return SGSState(theta=theta, z=z, z_mode=mode, atz=self.theta_conditional.split_rhs(z))
 
     def set_sigmas(self, sigmas) -> None:
         """Current scales of the Gaussian terms whose sigma is not fixed."""
@@ -216,29 +245,77 @@ class SplitGibbsKernel:
             total += float(np.sum(rows))
         return total, mode
 
+    def z_pass(self, theta, z, z_mode, rng, weights: bool):
+        """Over-relaxed z-move at ``theta`` with, in the same pass, the weight at ``theta``.
+
+        Returns ``(z, mode, accept_prob, log_weight, atz)`` where ``atz`` is
+        ``A^T ((z - o) / rho^2)`` for the new z and ``log_weight`` is nan when
+        ``weights`` is False.
+        """
+        n = self.A.shape[0]
+        if self.engine == "numpy":
+            z, mode, acc = self.move_z(theta, z, z_mode, rng)
+            log_w = self.log_weight(theta, mode)[0] if weights else float("nan")
+            return z, mode, acc, log_w, self.theta_conditional.split_rhs(z)
+        nodes, log_wx = gauss_hermite_nodes(self.n_nodes)
+        z_new = np.empty(n)
+        mode = np.empty(n)
+        atz = np.zeros(self.A.shape[1])
+        acc = 0.0
+        log_w = 0.0
+        theta = np.ascontiguousarray(theta, dtype=float)
+        for (A, off, y, trials), code, sl in zip(self._term_data, self._codes, self._slices):
+            m = sl.stop - sl.start
+            eps = rng.standard_normal(m)
+            u = rng.random(m)
+            a, acc_t, lw_t = fused_z_pass(
+                A, off, y, trials, np.ascontiguousarray(self._rho_rows[sl]), code, theta,
+                np.ascontiguousarray(z[sl]), np.ascontiguousarray(z_mode[sl]), self.alpha, eps, u,
+                nodes, log_wx, weights, z_new[sl], mode[sl],
+            )
+            atz += a
+            acc += acc_t
+            log_w += lw_t
+        return z_new, mode, acc / max(n, 1), (log_w if weights else float("nan")), atz
+
     def sweep(self, state: SGSState, rng: np.random.Generator):
-        """One Gibbs sweep: z given theta, then theta given z (over-relaxed if alpha != 0)."""
-        if self.alpha == 0.0 or self.A.shape[0] == 0:
+        """One Gibbs sweep of the split model.
+
+        ``alpha = 0`` (plain SGS): exact ``z | theta`` by rejection, then
+        ``theta | z``. Otherwise: over-relaxed ``theta | z``, then the
+        over-relaxed z-move at the new theta in one pass over the data that
+        also yields the new theta's importance weight and ``A^T z`` for the
+        next sweep (the same Gibbs scan, started at the other block).
+        """
+        if self.A.shape[0] == 0:
+            # no split terms: theta | sigma is the exact posterior, drawn independently
+            theta = self.theta_conditional.sample_from_rhs(np.zeros(self.A.shape[1]), rng)
+            log_w = 0.0 if self.log_weights else float("nan")
+            info = SGSInfo(z_proposals=0.0, z_accept=1.0, log_weight=log_w)
+            return state._replace(theta=theta, log_weight=log_w), info
+        if self.alpha == 0.0:
             z, mode, n_prop = self.sample_z(state.theta, state.z_mode, rng)
-            info = SGSInfo(z_proposals=n_prop / max(z.shape[0], 1), z_accept=1.0)
-        else:
-            z, mode, acc = self.move_z(state.theta, state.z, state.z_mode, rng)
-            info = SGSInfo(z_proposals=0.0, z_accept=acc)
-        # without split terms theta | sigma is the exact posterior: draw it independently
-        alpha = self.alpha if self.A.shape[0] else 0.0
-        theta = self.theta_conditional.sample(z, rng, theta=state.theta, alpha=alpha)
-        if self.log_weights:
-            log_w, mode = self.log_weight(theta, mode)
-            info = info._replace(log_weight=log_w)
-            return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w), info
-        return SGSState(theta=theta, z=z, z_mode=mode), info
+            info = SGSInfo(z_proposals=n_prop / z.shape[0], z_accept=1.0)
+            theta = self.theta_conditional.sample(z, rng)
+            if self.log_weights:
+                log_w, mode = self.log_weight(theta, mode)
+                info = info._replace(log_weight=log_w)
+                return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w), info
+            return SGSState(theta=theta, z=z, z_mode=mode), info
+        atz = state.atz if state.atz is not None else self.theta_conditional.split_rhs(state.z)
+        theta = self.theta_conditional.sample_from_rhs(atz, rng, theta=state.theta, alpha=self.alpha)
+        z, mode, acc, log_w, atz = self.z_pass(theta, state.z, state.z_mode, rng, self.log_weights)
+        info = SGSInfo(z_proposals=0.0, z_accept=acc, log_weight=log_w)
+        return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w, atz=atz), info
 
     def _z_update(self, theta, z, z_mode, rng):
+        """z-block update at theta: ``(z, mode, proposals_per_draw, accept_prob, atz)``."""
         if self.alpha == 0.0:
             z, mode, n_prop = self.sample_z(theta, z_mode, rng)
-            return z, mode, n_prop / max(z.shape[0], 1), 1.0
-        z, mode, acc = self.move_z(theta, z, z_mode, rng)
-        return z, mode, 0.0, acc
+            atz = self.theta_conditional.split_rhs(z)
+            return z, mode, n_prop / max(z.shape[0], 1), 1.0, atz
+        z, mode, acc, _, atz = self.z_pass(theta, z, z_mode, rng, weights=False)
+        return z, mode, 0.0, acc, atz
 
     def exact_step(self, state: SGSState, rng: np.random.Generator, n_sweeps: int = 1):
         """One Metropolis-Hastings step that targets pi itself (not pi_rho).
@@ -262,15 +339,17 @@ class SplitGibbsKernel:
             log_w0, _ = self.log_weight(state.theta, state.z_mode)
         alpha = self.alpha
         theta, z, mode = state.theta, state.z, state.z_mode
+        atz = state.atz if state.atz is not None else self.theta_conditional.split_rhs(z)
+        draw_theta = self.theta_conditional.sample_from_rhs
         props, accs = [], []
         z_first = rng.random() < 0.5
         for _ in range(int(n_sweeps)):
             if z_first:
-                z, mode, p, a = self._z_update(theta, z, mode, rng)
-                theta = self.theta_conditional.sample(z, rng, theta=theta, alpha=alpha)
+                z, mode, p, a, atz = self._z_update(theta, z, mode, rng)
+                theta = draw_theta(atz, rng, theta=theta, alpha=alpha)
             else:
-                theta = self.theta_conditional.sample(z, rng, theta=theta, alpha=alpha)
-                z, mode, p, a = self._z_update(theta, z, mode, rng)
+                theta = draw_theta(atz, rng, theta=theta, alpha=alpha)
+                z, mode, p, a, atz = self._z_update(theta, z, mode, rng)
             props.append(p)
             accs.append(a)
         log_w1, mode1 = self.log_weight(theta, mode)
@@ -281,6 +360,6 @@ class SplitGibbsKernel:
         )
         if rng.random() < accept_prob:
             info = info._replace(log_weight=log_w1)
-            return SGSState(theta=theta, z=z, z_mode=mode1, log_weight=log_w1), info
+            return SGSState(theta=theta, z=z, z_mode=mode1, log_weight=log_w1, atz=atz), info
         info = info._replace(log_weight=log_w0)
         return state._replace(log_weight=log_w0), info

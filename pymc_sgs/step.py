@@ -27,6 +27,7 @@ class SplitGibbsState(StepMethodState):
     z: Any
     z_mode: Any
     log_weight: float
+    atz: Any
     tune: bool
     rho_tuner: Any
 
@@ -165,6 +166,7 @@ class SplitGibbs(BlockedStep):
         self.z = None
         self.z_mode = None
         self.log_weight = float("nan")
+        self.atz = None
         self.tune = True
         self.rho_tuner = (
             RhoTuner(AUTO_RHO_START, bias_tol)
@@ -202,19 +204,24 @@ class SplitGibbs(BlockedStep):
         if self.rho_tuner is not None and float(self.kernel.rho) != self.rho_tuner.rho:
             # sequential chains restore the tuner; keep the kernel in step with it
             self.kernel.set_rho(self.rho_tuner.rho)
+            self.log_weight, self.atz = float("nan"), None
         if self._free_sigma:
             self.kernel.set_sigmas(self.detected.sigmas(point))
         if self.z_mode is None:
             state = self.kernel.init(theta, self.rng)
         else:
-            state = SGSState(theta=theta, z=self.z, z_mode=self.z_mode, log_weight=self.log_weight)
+            state = SGSState(
+                theta=theta, z=self.z, z_mode=self.z_mode, log_weight=self.log_weight, atz=self.atz
+            )
         if self.exact and not self.tune:
             # tuning draws are discarded: they burn in on pi_rho, which is much faster
             # than an MH chain started in the tails, and they tune rho
             state, info = self.kernel.exact_step(state, self.rng, self.exact_sweeps)
         else:
             state, info = self.kernel.sweep(state, self.rng)
-        self.z, self.z_mode, self.log_weight = state.z, state.z_mode, state.log_weight
+        self.z, self.z_mode, self.log_weight, self.atz = (
+            state.z, state.z_mode, state.log_weight, state.atz
+        )
         stats = {
             "rho": float(np.mean(self.kernel.rho)),
             "z_proposals": float(info.z_proposals),
@@ -226,14 +233,15 @@ class SplitGibbs(BlockedStep):
             new_rho = self.rho_tuner.update(info.log_weight)
             if new_rho is not None:
                 self.kernel.set_rho(new_rho)
-                self.log_weight = float("nan")  # the weight of theta changed with rho
+                # the weight of theta and A^T z / rho^2 both depend on rho
+                self.log_weight, self.atz = float("nan"), None
         return self._theta_to_point(state.theta, point), [stats]
 
     def stop_tuning(self):
         """End of tuning: freeze rho (rho='auto')."""
         if self.tune and self.rho_tuner is not None:
             self.kernel.set_rho(self.rho_tuner.finish())
-            self.log_weight = float("nan")
+            self.log_weight, self.atz = float("nan"), None
         self.tune = False
 
     @staticmethod

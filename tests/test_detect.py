@@ -409,26 +409,18 @@ def test_bambi_logistic_runs_in_pm_sample(bambi_df):
 
 
 def test_bambi_logistic_matches_nuts(bambi_df):
-    """Posterior means of SplitGibbs (in pm.sample, on Bambi's model) vs NUTS.
+    """Posterior of SplitGibbs (defaults: rho="auto") on Bambi's model vs NUTS.
 
-    Why rho = 0.3 and not 0.05: SGS mixes like 1 / rho^2 (ALGORITHM.md
-    section 3). Measured on this data set (n = 200, 2 x 1500 draws): at
-    rho = 0.05 the ESS is 3-5 (plain SGS, alpha = 0) or 11-41 (the
-    over-relaxed default), too few to compare means; at rho = 0.3 it is 11-31
-    (plain) or 300-350 (over-relaxed), in ~ 1 s.
-
-    Tolerance: the rho-bias is ~ 0.07 sqrt(n) rho^2 ~ 0.09 posterior sd (the
-    table of ALGORITHM.md section 3 rescaled to n = 200), so a difference of
-    means must be below 0.2 sd plus 4 Monte Carlo standard errors (ArviZ mcse
-    of both chains); with the over-relaxed default this is ~ 0.45 sd, and the
-    test never accepts less than 0.5 sd.
+    With rho="auto" and bias_tol=0.1 the bias of every posterior mean is
+    certified below 0.1 posterior sd, so the difference of means must be below
+    0.1 sd plus 4 Monte Carlo standard errors (ArviZ mcse of both runs).
     """
     import arviz as az
 
     bm = bambi_pymc_model(bambi_df, "y ~ x1 + x2", "bernoulli")
     with bm.backend.model:
         idata = pm.sample(
-            draws=1500, tune=100, chains=2, cores=1, step=SplitGibbs(rho=0.3),
+            draws=3000, tune=1000, chains=2, cores=1, step=SplitGibbs(),
             progressbar=False, random_seed=1, compute_convergence_checks=False,
         )
         ref = pm.sample(
@@ -441,5 +433,6 @@ def test_bambi_logistic_matches_nuts(bambi_df):
         nuts_mean = float(ref.posterior[nm].mean())
         sd = float(ref.posterior[nm].std())
         mcse = np.hypot(float(mcse_sgs[nm]), float(mcse_ref[nm]))
-        tol = max(0.5 * sd, 0.2 * sd + 4 * mcse)
-        assert abs(sgs_mean - nuts_mean) < tol, (nm, sgs_mean, nuts_mean, sd, mcse)
+        assert mcse < 0.1 * sd, (nm, mcse, sd)  # precise enough to mean something
+        assert abs(sgs_mean - nuts_mean) < 0.1 * sd + 4 * mcse, (nm, sgs_mean, nuts_mean, sd, mcse)
+        assert abs(float(idata.posterior[nm].std()) / sd - 1) < 0.15, nm

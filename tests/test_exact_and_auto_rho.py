@@ -112,3 +112,30 @@ def test_bad_tuning_parameters(kwargs, match):
     model, _ = build_model("dogs-dogs")
     with model, pytest.raises(ValueError, match=match):
         pymc_sgs.SplitGibbs(**kwargs)
+
+
+@pytest.mark.slow
+def test_auto_rho_large_logistic_matches_nuts():
+    """rho="auto" with no user tuning, n = 10^4 rows, d = 10: means within 0.1 sd of NUTS."""
+    import arviz as az
+
+    rng = np.random.default_rng(20220101)
+    n, d = 10_000, 10
+    X = rng.normal(size=(n, d)) / np.sqrt(d)
+    y = rng.binomial(1, 1 / (1 + np.exp(-(X @ rng.normal(size=d)))))
+    with pm.Model() as model:
+        beta = pm.Normal("beta", 0, 5, shape=d)
+        pm.Bernoulli("y", logit_p=X @ beta, observed=y)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = pm.sample(draws=2000, tune=1000, chains=2, cores=1, random_seed=1,
+                        progressbar=False, compute_convergence_checks=False)
+        idata = pm.sample(draws=4000, tune=1000, chains=2, cores=1, random_seed=2,
+                          step=pymc_sgs.SplitGibbs(), progressbar=False,
+                          compute_convergence_checks=False)
+    a, b = idata.posterior["beta"].values, ref.posterior["beta"].values
+    for j in range(d):
+        sd = b[..., j].std()
+        mcse = np.hypot(float(np.ravel(az.mcse(a[..., j]))[0]), float(np.ravel(az.mcse(b[..., j]))[0]))
+        assert mcse < 0.05 * sd, (j, mcse / sd)
+        assert abs(a[..., j].mean() - b[..., j].mean()) < 0.1 * sd + 3 * mcse, j
