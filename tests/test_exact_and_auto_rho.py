@@ -130,7 +130,7 @@ def test_auto_rho_large_logistic_matches_nuts():
         warnings.simplefilter("ignore")
         ref = pm.sample(draws=2000, tune=1000, chains=2, cores=1, random_seed=1,
                         progressbar=False, compute_convergence_checks=False)
-        idata = pm.sample(draws=4000, tune=1000, chains=2, cores=1, random_seed=2,
+        idata = pm.sample(draws=10000, tune=1000, chains=2, cores=1, random_seed=2,
                           step=pymc_sgs.SplitGibbs(), progressbar=False,
                           compute_convergence_checks=False)
     a, b = idata.posterior["beta"].values, ref.posterior["beta"].values

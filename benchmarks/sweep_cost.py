@@ -1,0 +1,122 @@
+"""Cost of one SplitGibbs sweep relative to one ``X.T @ (X @ v)`` on the same data.
+
+A sweep of the over-relaxed sampler makes one fused pass over the rows
+(predictor, z-move, importance weight, ``A^T z``: :mod:`pymc_sgs.fused`) plus a
+d x d triangular solve. ``X.T @ (X @ v)`` (two BLAS passes) is the floor any
+sampler that touches every observation per iteration pays. Also reports the
+peak resident memory of building the kernel and sweeping, relative to the
+design matrix's own size.
+
+Run::
+
+    python benchmarks/sweep_cost.py            # n in {1e4, 1e5, 1e6}, d in {10, 100}
+    python benchmarks/sweep_cost.py --quick    # n in {1e4, 1e5}, d = 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import multiprocessing as mp
+import os
+import platform
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _measure(n, d, repeats, queue):
+    """Run in a fresh process so that peak RSS belongs to this case only."""
+    from pymc_sgs.families import FAMILIES
+    from pymc_sgs.kernel import SplitGibbsKernel
+    from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, d)) / np.sqrt(d)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ rng.standard_normal(d))))).astype(float)
+    base = _peak_mb()
+    data_mb = X.nbytes / 2**20
+    v = np.ones(d)
+    X.T @ (X @ v)
+    t = time.perf_counter()
+    for _ in range(repeats):
+        X.T @ (X @ v)
+    t_blas = (time.perf_counter() - t) / repeats
+
+    prob = SplitProblem(
+        params=(ParamSlice("b", (d,), 0, d),),
+        prior_mean=np.zeros(d),
+        prior_precision=np.eye(d) / 25.0,
+        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
+    )
+    row = {"n": n, "d": d, "blas_ms": 1e3 * t_blas, "data_mb": data_mb}
+    for weights in (False, True):
+        k = SplitGibbsKernel(prob, rho=0.2, alpha=-0.99, log_weights=weights, engine="numba")
+        r = np.random.default_rng(1)
+        state = k.init(np.zeros(d), r)
+        for _ in range(3):  # compile, warm the modes
+            state, _ = k.sweep(state, r)
+        t = time.perf_counter()
+        for _ in range(repeats):
+            state, _ = k.sweep(state, r)
+        row[f"sweep_ms_w{int(weights)}"] = 1e3 * (time.perf_counter() - t) / repeats
+    row["peak_extra_mb"] = _peak_mb() - base
+    queue.put(row)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--output", default=None, help="markdown file (default: results/sweep_cost.md, not in --quick)")
+    args = p.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    cases = [(10_000, 10), (100_000, 10)] if args.quick else [
+        (10_000, 10), (100_000, 10), (1_000_000, 10), (10_000, 100), (100_000, 100), (1_000_000, 100)
+    ]
+    ctx = mp.get_context("spawn")
+    rows = []
+    for n, d in cases:
+        q = ctx.Queue()
+        proc = ctx.Process(target=_measure, args=(n, d, 5 if n >= 1_000_000 else 20, q))
+        proc.start()
+        rows.append(q.get())
+        proc.join()
+    lines = [
+        "| n | d | X (MB) | X.T@(X@v) ms | sweep ms (no weights) | ratio | sweep ms (with weights) | ratio | extra peak RSS (MB) | ÷ X size |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['n']:.0e} | {r['d']} | {r['data_mb']:.0f} | {r['blas_ms']:.2f} | {r['sweep_ms_w0']:.2f} | "
+            f"{r['sweep_ms_w0'] / r['blas_ms']:.1f} | {r['sweep_ms_w1']:.2f} | {r['sweep_ms_w1'] / r['blas_ms']:.1f} | "
+            f"{r['peak_extra_mb']:.0f} | {r['peak_extra_mb'] / r['data_mb']:.2f} |"
+        )
+    header = [
+        "# Sweep cost vs one X.T @ (X @ v)",
+        "",
+        f"- command: `python benchmarks/sweep_cost.py{' --quick' if args.quick else ''}`",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
+        f"- machine: {platform.machine()}, nproc = {os.cpu_count()}, 1 BLAS thread; load average {os.getloadavg()}",
+        "- kernel: bernoulli-logit, rho = 0.2, alpha = -0.99, numba engine; 'extra peak RSS' is the",
+        "  resident-memory growth after X was built (kernel construction and sweeps), in MB.",
+        "",
+    ]
+    text = "\n".join(header + lines) + "\n"
+    print(text)
+    out = args.output or (None if args.quick else RESULTS / "sweep_cost.md")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
