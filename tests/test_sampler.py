@@ -161,13 +161,17 @@ def _logistic_model(seed=0, n=200, d=3):
     return model
 
 
-@pytest.mark.parametrize("mp_ctx", ["fork", "spawn"])
-def test_same_seed_same_draws_for_any_cores(mp_ctx):
+@pytest.mark.parametrize(
+    "mp_ctx, step_kwargs",
+    [("fork", dict(rho=0.3)), ("spawn", dict(rho=0.3)), ("fork", dict()), ("fork", dict(exact=True))],
+    ids=["fork", "spawn", "fork-auto-rho", "fork-exact"],
+)
+def test_same_seed_same_draws_for_any_cores(mp_ctx, step_kwargs):
     model = _logistic_model()
-    kw = dict(draws=50, tune=20, chains=2, random_seed=123)
-    a = _sample(model, dict(rho=0.3), cores=1, **kw)
-    b = _sample(model, dict(rho=0.3), cores=2, mp_ctx=mp_ctx, **kw)
-    c = _sample(model, dict(rho=0.3), cores=1, **kw)
+    kw = dict(draws=50, tune=60, chains=2, random_seed=123)
+    a = _sample(model, step_kwargs, cores=1, **kw)
+    b = _sample(model, step_kwargs, cores=2, mp_ctx=mp_ctx, **kw)
+    c = _sample(model, step_kwargs, cores=1, **kw)
     for name in ("beta", "alpha"):
         np.testing.assert_array_equal(a.posterior[name].values, b.posterior[name].values)
         np.testing.assert_array_equal(a.posterior[name].values, c.posterior[name].values)
