@@ -1,6 +1,6 @@
 """The two conditionals of the split model: ``z | theta`` and ``theta | z``.
 
-Split model (ALGORITHM.md, section 1), for rows ``i`` of the split terms::
+Split model (Vono, Paulin & Doucet 2022, section 1), for rows ``i`` of the split terms::
 
     Pi_rho(theta, z) ∝ exp(-V(theta) - sum_i U_i(z_i)
                            - sum_i (z_i - a_i^T theta - o_i)^2 / (2 rho_i^2))

@@ -43,6 +43,12 @@ def _log_weights(idata) -> np.ndarray:
             "pymc_sgs.SplitGibbs(log_weights=True) (the default) to measure the rho-bias."
         )
     lw = stats[names[0]].values
+    exact = [v for v in stats.data_vars if v == "exact_accept" or v.endswith("__exact_accept")]
+    if exact and np.any(np.isfinite(stats[exact[0]].values)):
+        raise ValueError(
+            "these draws come from SplitGibbs(exact=True) and already target the posterior "
+            "exactly; reweighting them would apply the rho-correction twice. Use az.summary."
+        )
     if np.all(np.isnan(lw)):
         raise ValueError("idata.sample_stats['log_weight'] is all NaN (log_weights=False?).")
     return lw

@@ -2,7 +2,7 @@
 
 Each family describes the negative log-likelihood of one observation as a
 function of its linear predictor ``z`` (the *potential* ``U(z; y)`` of
-ALGORITHM.md, section 1), with its first two derivatives, the support check
+of the paper, section 1), with its first two derivatives, the support check
 for the observed data, and whether it is convex (log-concave likelihood),
 which the exact z-sampler relies on.
 
@@ -87,7 +87,7 @@ def _check_finite(values, what):
         bad = np.flatnonzero(~np.isfinite(values.ravel()))
         raise ValueError(
             f"{what} must be finite; found {bad.size} NaN/inf value(s), first at flat "
-            f"index {bad[0]} (value {values.ravel()[bad[0]]!r})."
+            f"index {bad[0]} (value {float(values.ravel()[bad[0]]):g})."
         )
 
 
@@ -97,7 +97,7 @@ def _check_integers(values, what):
     if np.any(frac):
         i = np.flatnonzero(frac.ravel())[0]
         raise ValueError(
-            f"{what} must be whole numbers; received {values.ravel()[i]!r} at flat index {i}."
+            f"{what} must be whole numbers; received {float(values.ravel()[i]):g} at flat index {i}."
         )
 
 
@@ -121,13 +121,13 @@ class BinomialLogit(Family):
         _check_integers(y, f"observed data of {where!r} (Binomial counts)")
         _check_integers(trials, f"trials (n) of {where!r}")
         if np.any(trials < 0):
-            raise ValueError(f"trials (n) of {where!r} must be >= 0; received min {trials.min()!r}.")
+            raise ValueError(f"trials (n) of {where!r} must be >= 0; received min {float(trials.min()):g}.")
         bad = ((y < 0) | (y > trials)).ravel()
         if np.any(bad):
             i = np.flatnonzero(bad)[0]
             raise ValueError(
                 f"observed data of {where!r} must lie in [0, n] for a Binomial likelihood; "
-                f"received y={y.ravel()[i]!r} with n={trials.ravel()[i]!r} at flat index {i}."
+                f"received y={float(y.ravel()[i]):g} with n={float(trials.ravel()[i]):g} at flat index {i}."
             )
 
     def potential(self, z, y, trials=None):
@@ -164,7 +164,7 @@ class BernoulliLogit(BinomialLogit):
             i = np.flatnonzero(bad)[0]
             raise ValueError(
                 f"observed data of {where!r} must be 0 or 1 for a Bernoulli likelihood; "
-                f"received {y.ravel()[i]!r} at flat index {i}."
+                f"received {float(y.ravel()[i]):g} at flat index {i}."
             )
 
     def potential(self, z, y, trials=None):
@@ -201,7 +201,7 @@ class PoissonLog(Family):
             i = np.flatnonzero((y < 0).ravel())[0]
             raise ValueError(
                 f"observed data of {where!r} must be non-negative counts for a Poisson "
-                f"likelihood; received {y.ravel()[i]!r} at flat index {i}."
+                f"likelihood; received {float(y.ravel()[i]):g} at flat index {i}."
             )
 
     def potential(self, z, y, trials=None):

@@ -6,8 +6,8 @@ and a :class:`numpy.random.Generator` to a new state and an :class:`SGSInfo`.
 One sweep is one pass of Algorithm 1 of Vono, Paulin & Doucet (2022): every
 ``z_i | theta`` (exact, independent across rows), then ``theta | z``.
 
-The PyMC step (:mod:`pymc_sgs.step`) and the distributed back end use this
-same code.
+The PyMC step (:mod:`pymc_sgs.step`) is a thin adapter around this code, so a
+back end that runs the kernel per data shard can reuse it unchanged.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def validate_rho(rho, n: int) -> np.ndarray:
         raise ValueError(f"rho must be a scalar or a 1-D array; received shape {arr.shape}.")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         bad = arr if arr.ndim == 0 else arr[~(np.isfinite(arr) & (arr > 0))][0]
-        raise ValueError(f"rho must be positive and finite; received {bad!r}.")
+        raise ValueError(f"rho must be positive and finite; received {float(bad)!r}.")
     return arr
 
 

@@ -72,7 +72,7 @@ class SplitGibbs(BlockedStep):
         SGS (exact z draws by rejection); negative values (default ``-0.99``)
         over-relax theta with Adler's update and move z by over-relaxed MH
         around its Laplace approximation, which keeps ``Pi_rho`` invariant and
-        mixes much faster at small rho (ALGORITHM.md, section 3).
+        mixes much faster at small rho (docs: "How SGS works").
     log_weights : bool
         Record ``log_weight = log pi(theta) - log pi_rho(theta)`` (up to a
         constant) for every draw, for :func:`pymc_sgs.psis_summary` to measure

@@ -1,4 +1,4 @@
-"""Importance weights ``w(theta) = pi(theta) / pi_rho(theta)`` (ALGORITHM.md, section 4).
+"""Importance weights ``w(theta) = pi(theta) / pi_rho(theta)``.
 
 For one-dimensional potentials the split model's theta-marginal is
 ``pi_rho(theta) ∝ exp(-V(theta)) prod_i E_{z ~ N(eta_i, rho_i^2)} p(y_i | z)``,

@@ -99,3 +99,15 @@ def test_psis_summary_needs_weights():
         )
     with pytest.raises(ValueError, match="log_weight"):
         pymc_sgs.psis_summary(idata)
+
+
+def test_psis_summary_refuses_exact_mode_draws():
+    model, _ = build_model("dogs-dogs")
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pm.sample(
+            draws=20, tune=20, chains=1, step=pymc_sgs.SplitGibbs(rho=0.3, exact=True),
+            progressbar=False, compute_convergence_checks=False, random_seed=1,
+        )
+    with pytest.raises(ValueError, match="exact"):
+        pymc_sgs.psis_summary(idata)

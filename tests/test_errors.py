@@ -322,13 +322,13 @@ def test_bernoulli_y_outside_support(data):
     X, y, _ = data
     yb = y.copy()
     yb[3] = 2.0
-    with pytest.raises(ValueError, match=r"observed data of 'y' must be 0 or 1.*2\.0.*index 3"):
+    with pytest.raises(ValueError, match=r"observed data of 'y' must be 0 or 1.*received 2 at flat index 3"):
         logistic(X, yb)
 
 
 @pytest.mark.parametrize(
     "value, msg",
-    [(-1.0, r"must be non-negative counts.*-1\.0"), (1.5, r"must be whole numbers.*1\.5")],
+    [(-1.0, r"must be non-negative counts.*received -1 at"), (1.5, r"must be whole numbers.*1\.5")],
 )
 def test_poisson_y_outside_support(data, value, msg):
     """Through a float pm.Data container: PyMC casts it to int in the graph (and
@@ -363,7 +363,7 @@ def test_binomial_successes_above_trials(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Binomial("k", n=n, logit_p=X @ b, observed=k)
-        with pytest.raises(ValueError, match=r"observed data of 'k' must lie in \[0, n\].*y=.*5\.0.*n=.*3\.0.*index 8"):
+        with pytest.raises(ValueError, match=r"observed data of 'k' must lie in \[0, n\].*y=5 with n=3 at flat index 8"):
             SplitGibbs(rho=0.2)
 
 
