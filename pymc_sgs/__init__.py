@@ -5,7 +5,7 @@ from .detect import DetectedModel, UnsupportedModelError, detect_split_problem
 from .families import FAMILIES, Family
 from .kernel import SGSInfo, SGSState, SplitGibbsKernel
 from .problem import GaussianTerm, SplitProblem, SplitTerm
-from .step import SplitGibbs
+from .step import SamplerFeedbackWarning, SplitGibbs
 
 __version__ = "0.1.0"
 
@@ -14,6 +14,7 @@ __all__ = [
     "psis_summary",
     "psis_weights",
     "RhoBiasWarning",
+    "SamplerFeedbackWarning",
     "SplitGibbsKernel",
     "SGSState",
     "SGSInfo",

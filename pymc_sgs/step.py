@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,11 @@ from .rho import RhoTuner, validate_bias_tol
 #: starting value of rho="auto" (in linear-predictor units)
 AUTO_RHO_START = 0.5
 
-__all__ = ["SplitGibbs"]
+__all__ = ["SplitGibbs", "SamplerFeedbackWarning"]
+
+
+class SamplerFeedbackWarning(UserWarning):
+    """SplitGibbs's settings look poor for this model (low acceptance, short tuning)."""
 
 
 @dataclass_state
@@ -28,6 +33,7 @@ class SplitGibbsState(StepMethodState):
     z_mode: Any
     log_weight: float
     atz: Any
+    feedback: Any
     tune: bool
     rho_tuner: Any
 
@@ -167,6 +173,7 @@ class SplitGibbs(BlockedStep):
         self.z_mode = None
         self.log_weight = float("nan")
         self.atz = None
+        self.feedback = {"draws": 0, "z_accept": 0.0, "exact_accept": 0.0, "warned": False}
         self.tune = True
         self.rho_tuner = (
             RhoTuner(AUTO_RHO_START, bias_tol)
@@ -235,11 +242,54 @@ class SplitGibbs(BlockedStep):
                 self.kernel.set_rho(new_rho)
                 # the weight of theta and A^T z / rho^2 both depend on rho
                 self.log_weight, self.atz = float("nan"), None
+        if not self.tune:
+            self._check_health(stats)
         return self._theta_to_point(state.theta, point), [stats]
+
+    #: draws after tuning at which the acceptance rates are checked
+    HEALTH_CHECK_DRAW = 200
+
+    def _check_health(self, stats):
+        """Warn once per chain when the acceptance rates say the settings are poor."""
+        fb = self.feedback
+        fb["draws"] += 1
+        fb["z_accept"] += stats["z_accept"]
+        if np.isfinite(stats["exact_accept"]):
+            fb["exact_accept"] += stats["exact_accept"]
+        if fb["warned"] or fb["draws"] != self.HEALTH_CHECK_DRAW:
+            return
+        fb["warned"] = True
+        z_acc = fb["z_accept"] / fb["draws"]
+        if z_acc < 0.5:
+            warnings.warn(
+                f"SplitGibbs: mean acceptance of the over-relaxed z-moves is {z_acc:.2f} "
+                "(< 0.5): the Laplace approximation of z | theta is poor for these data. Use "
+                "a smaller rho, or alpha=0 (exact z-draws by rejection).",
+                SamplerFeedbackWarning,
+                stacklevel=2,
+            )
+        if self.exact:
+            ex_acc = fb["exact_accept"] / fb["draws"]
+            if ex_acc < 0.1:
+                warnings.warn(
+                    f"SplitGibbs(exact=True): mean acceptance of the pi-correction is "
+                    f"{ex_acc:.2f} (< 0.1), so the chain rarely moves. Use a smaller rho (or "
+                    "rho='auto'), or fewer exact_sweeps.",
+                    SamplerFeedbackWarning,
+                    stacklevel=2,
+                )
 
     def stop_tuning(self):
         """End of tuning: freeze rho (rho='auto')."""
         if self.tune and self.rho_tuner is not None:
+            if self.rho_tuner.n_windows < 4:
+                warnings.warn(
+                    f"SplitGibbs: rho='auto' adapted over only {self.rho_tuner.n_windows} "
+                    "window(s) of tuning draws, too few to certify the bias; increase tune "
+                    "(500 or more), or pass a fixed rho.",
+                    SamplerFeedbackWarning,
+                    stacklevel=2,
+                )
             self.kernel.set_rho(self.rho_tuner.finish())
             self.log_weight, self.atz = float("nan"), None
         self.tune = False

@@ -139,3 +139,38 @@ def test_auto_rho_large_logistic_matches_nuts():
         mcse = np.hypot(float(np.ravel(az.mcse(a[..., j]))[0]), float(np.ravel(az.mcse(b[..., j]))[0]))
         assert mcse < 0.05 * sd, (j, mcse / sd)
         assert abs(a[..., j].mean() - b[..., j].mean()) < 0.1 * sd + 3 * mcse, j
+
+
+def _tiny_logistic():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(100, 2))
+    y = rng.binomial(1, 1 / (1 + np.exp(-X @ np.array([1.0, -1.0]))))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 3, shape=2)
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+    return model
+
+
+def _run_tiny(step_kwargs, tune, draws):
+    with _tiny_logistic():
+        return pm.sample(draws=draws, tune=tune, chains=1, cores=1, random_seed=1,
+                         step=pymc_sgs.SplitGibbs(**step_kwargs), progressbar=False,
+                         compute_convergence_checks=False)
+
+
+def test_feedback_warns_on_short_auto_rho_tuning():
+    with pytest.warns(pymc_sgs.SamplerFeedbackWarning, match="tune"):
+        _run_tiny(dict(), tune=30, draws=10)
+
+
+def test_feedback_warns_on_hopeless_exact_mode():
+    # rho far too large: the pi-correction almost never accepts
+    with pytest.warns(pymc_sgs.SamplerFeedbackWarning, match="exact"):
+        _run_tiny(dict(rho=20.0, exact=True, exact_sweeps=2), tune=20, draws=210)
+
+
+def test_no_feedback_warning_when_healthy():
+    # negative control for the two tests above
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pymc_sgs.SamplerFeedbackWarning)
+        _run_tiny(dict(), tune=600, draws=210)
