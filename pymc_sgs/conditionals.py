@@ -259,7 +259,8 @@ class GaussianThetaConditional:
     def __init__(self, prior_precision, prior_mean, split_A, split_offset, rho, gaussian_terms=()):
         self.d = prior_precision.shape[0]
         self._prior_precision = np.asarray(prior_precision, dtype=float)
-        self._prior_linear = self._prior_precision @ np.asarray(prior_mean, dtype=float)
+        self._prior_mean = np.asarray(prior_mean, dtype=float)
+        self._prior_linear = self._prior_precision @ self._prior_mean
         self.split_A = split_A
         self.split_offset = split_offset
         self._split_gram = None  # A^T A, kept when rho is scalar so set_rho needs no data pass
@@ -289,6 +290,18 @@ class GaussianThetaConditional:
             self._split_precision = self._split_gram / float(rho) ** 2
         else:
             self._split_precision = (self.split_A.T * self._w) @ self.split_A
+
+    def set_prior_precision(self, prior_precision) -> None:
+        """Change ``P_0`` (hierarchical priors whose scale another step updates); refactor if changed."""
+        P = np.asarray(prior_precision, dtype=float)
+        if np.array_equal(P, self._prior_precision):
+            return
+        self._prior_precision = P
+        self._prior_linear = P @ self._prior_mean
+        self._chol = None
+        if self._gaussian and self._sigmas is None:
+            return  # factored at the first set_sigmas
+        self.set_sigmas(self._sigmas if self._sigmas is not None else ())
 
     def set_rho(self, rho) -> None:
         """Change the coupling and refactor the precision."""

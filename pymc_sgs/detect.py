@@ -66,11 +66,28 @@ class DetectedModel:
         One entry per Gaussian term of ``problem``: ``None`` when its sigma is
         fixed, else ``(function, input_names)`` computing sigma from the values
         of other model variables (updated by another step method).
+    prior_sources : list
+        ``(ParamSlice, function, input_names)`` for every coefficient block
+        with a hierarchical Normal prior: the function gives the prior sd from
+        the hyperparameters' values (updated by another step method). The
+        problem's ``prior_precision`` holds a placeholder for those blocks.
     """
 
     problem: SplitProblem
     value_var_names: list
     sigma_sources: list = field(default_factory=list)
+    prior_sources: list = field(default_factory=list)
+
+    def prior_precision(self, point) -> np.ndarray:
+        """Prior precision of theta at the hyperparameter values in ``point``."""
+        P = self.problem.prior_precision
+        if not self.prior_sources:
+            return P
+        P = P.copy()
+        for p, fn, names in self.prior_sources:
+            sd = np.broadcast_to(np.asarray(fn(*[point[nm] for nm in names]), float), p.shape)
+            P[p.start : p.stop, p.start : p.stop] = np.diag(1.0 / sd.ravel() ** 2)
+        return P
 
     def sigmas(self, point) -> list:
         """Current sigma of every Gaussian term whose sigma is not fixed."""
@@ -210,7 +227,12 @@ def _free_rvs_in(graphs, model):
 
 
 def _gaussian_prior(rv, model, size):
-    """(mean, precision) of a coefficient's Normal / MvNormal / Flat prior."""
+    """(mean, precision, scale_source) of a coefficient's Normal / MvNormal / Flat prior.
+
+    ``scale_source`` is None for fixed priors, or ``(function, input_names)``
+    giving the prior sd from the values of hyperparameters (hierarchical
+    Normal priors); the precision returned for those is a placeholder.
+    """
     op = rv.owner.op
     name = rv.name
     if model.rvs_to_transforms.get(rv) is not None:
@@ -221,11 +243,20 @@ def _gaussian_prior(rv, model, size):
         )
     params = rv.owner.inputs[2:]
     hyper = _free_rvs_in(params, model)
+    if hyper and isinstance(op, NormalRV) and not _free_rvs_in([params[0]], model):
+        # hierarchical scale (random effects): the precision follows the hyperparameters,
+        # which another step method (NUTS) updates
+        mu = np.broadcast_to(_value_of(params[0]), _shape_of(rv)).ravel().astype(float)
+        (sd_val,) = model.replace_rvs_by_values([params[1]])
+        inputs = [model.rvs_to_values[h] for h in hyper]
+        fn = pytensor.function(inputs, sd_val, on_unused_input="ignore")
+        return mu, np.eye(size), (fn, [v.name for v in inputs])
     if hyper:
         raise UnsupportedModelError(
             f"the prior of coefficient {name!r} depends on the free variable(s) "
-            f"{[h.name for h in hyper]} (a hierarchical prior), which this version of SplitGibbs "
-            "does not support. Fix the hyperparameters, or sample this model with NUTS."
+            f"{[h.name for h in hyper]} through more than its scale (a {_dist_name(rv)} prior "
+            "or a random mean), which SplitGibbs does not support. Use a Normal prior whose "
+            "sigma is the hyperparameter (u ~ Normal(0, tau)), or sample this model with NUTS."
         )
     if isinstance(op, NormalRV):
         mu = np.broadcast_to(_value_of(params[0]), _shape_of(rv)).ravel().astype(float)
@@ -235,9 +266,9 @@ def _gaussian_prior(rv, model, size):
                 f"coefficient {name!r}: its Normal prior needs a finite mean and a positive, "
                 f"finite sigma; received mu={mu[:5]}, sigma={sd[:5]}."
             )
-        return mu, np.diag(1.0 / sd**2)
+        return mu, np.diag(1.0 / sd**2), None
     if isinstance(op, FlatRV):
-        return np.zeros(size), np.zeros((size, size))
+        return np.zeros(size), np.zeros((size, size)), None
     if isinstance(op, MvNormalRV):
         mu = _value_of(params[0]).astype(float)
         cov = _value_of(params[1]).astype(float)
@@ -257,7 +288,7 @@ def _gaussian_prior(rv, model, size):
                 "positive definite (or has non-finite entries); SplitGibbs needs its inverse."
             ) from None
         inv_chol = np.linalg.inv(chol)
-        return mu.copy(), inv_chol.T @ inv_chol
+        return mu.copy(), inv_chol.T @ inv_chol, None
     raise UnsupportedModelError(
         f"coefficient {name!r} has a {_dist_name(rv)} prior. SplitGibbs needs Normal, MvNormal "
         "or Flat priors on the variables of the linear predictor; use one of those, or sample "
@@ -533,16 +564,18 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
 
     # priors first: a non-Gaussian (e.g. transformed) prior would otherwise
     # surface as a non-affine predictor
-    params, means, precs = [], [], []
+    params, means, precs, prior_sources = [], [], [], []
     start = 0
     for rv in theta_rvs:
         shape = _shape_of(rv)
         size = int(np.prod(shape))
-        mean, prec = _gaussian_prior(rv, model, size)
+        mean, prec, scale_source = _gaussian_prior(rv, model, size)
         vv = model.rvs_to_values[rv]
         params.append(ParamSlice(vv.name, shape, start, start + size, str(vv.dtype)))
         means.append(mean)
         precs.append(prec)
+        if scale_source is not None:
+            prior_sources.append((params[-1], *scale_source))
         start += size
     d = start
     prior_precision = np.zeros((d, d))
@@ -605,7 +638,7 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         split_terms=tuple(split_terms),
         gaussian_terms=tuple(gaussian_terms),
     )
-    return DetectedModel(problem, [p.name for p in params], sigma_sources)
+    return DetectedModel(problem, [p.name for p in params], sigma_sources, prior_sources)
 
 
 def _check_identified(prior_precision, split_terms, gaussian_terms, theta_rvs):

@@ -184,6 +184,10 @@ class SplitGibbsKernel:
         z, mode, _ = self.sample_z(theta, centre, rng)
         return SGSState(theta=theta, z=z, z_mode=mode, atz=self.theta_conditional.split_rhs(z))
 
+    def set_prior_precision(self, prior_precision) -> None:
+        """Current prior precision of theta (hierarchical scales updated elsewhere)."""
+        self.theta_conditional.set_prior_precision(prior_precision)
+
     def set_sigmas(self, sigmas) -> None:
         """Current scales of the Gaussian terms whose sigma is not fixed."""
         self.theta_conditional.set_sigmas(sigmas)

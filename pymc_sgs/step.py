@@ -99,6 +99,9 @@ class SplitGibbs(BlockedStep):
     ``Pi_rho(theta, z, sigma)`` (sigma's conditional does not involve z), so
     the compound chain leaves it invariant and the theta-marginal is the same
     ``pi_rho`` as with sigma fixed; with no split terms it is exactly ``pi``.
+    Hierarchical Normal priors (random effects ``u ~ Normal(0, tau)`` with
+    ``tau`` free) work the same way: NUTS updates ``tau`` given ``u``, and
+    SplitGibbs refactors the precision of ``theta | z`` when ``tau`` changed.
 
     Sampler stats (in ``idata.sample_stats``): ``rho``; ``z_proposals``, the
     mean number of Gaussian proposals per exact ``z_i`` draw (``alpha=0``);
@@ -212,6 +215,8 @@ class SplitGibbs(BlockedStep):
             # sequential chains restore the tuner; keep the kernel in step with it
             self.kernel.set_rho(self.rho_tuner.rho)
             self.log_weight, self.atz = float("nan"), None
+        if self.detected.prior_sources:
+            self.kernel.set_prior_precision(self.detected.prior_precision(point))
         if self._free_sigma:
             self.kernel.set_sigmas(self.detected.sigmas(point))
         if self.z_mode is None:
