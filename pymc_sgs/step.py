@@ -162,6 +162,8 @@ class SplitGibbs(BlockedStep):
             )
         model = pm.modelcontext(model)
         self.detected = detect_split_problem(model, vars, split_gaussian=split_gaussian)
+        self._data_fingerprints = _data_fingerprints(model)
+        self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
         self.kernel = SplitGibbsKernel(
             self.detected.problem, start_rho, alpha, log_weights=log_weights
@@ -219,6 +221,9 @@ class SplitGibbs(BlockedStep):
             self.kernel.set_prior_precision(self.detected.prior_precision(point))
         if self._free_sigma:
             self.kernel.set_sigmas(self.detected.sigmas(point))
+        if self._check_data:
+            self._check_data_unchanged()
+            self._check_data = False
         if self.z_mode is None:
             state = self.kernel.init(theta, self.rng)
         else:
@@ -250,6 +255,20 @@ class SplitGibbs(BlockedStep):
         if not self.tune:
             self._check_health(stats)
         return self._theta_to_point(state.theta, point), [stats]
+
+    def set_rng(self, rng):
+        """PyMC hands every chain its Generator here; the data are re-checked at its first step."""
+        super().set_rng(rng)
+        self._check_data = True
+
+    def _check_data_unchanged(self):
+        for var, digest in self._data_fingerprints:
+            if _digest(var.get_value(borrow=True)) != digest:
+                raise ValueError(
+                    f"the data container {var.name!r} changed (pm.set_data) after SplitGibbs was "
+                    "built; SplitGibbs reads the design and the data when it is constructed. "
+                    "Construct a new SplitGibbs after pm.set_data."
+                )
 
     #: draws after tuning at which the acceptance rates are checked
     HEALTH_CHECK_DRAW = 200
@@ -305,3 +324,25 @@ class SplitGibbs(BlockedStep):
         if var.dtype in pm.discrete_types:
             return Competence.INCOMPATIBLE
         return Competence.COMPATIBLE
+
+
+def _digest(value):
+    """Cheap fingerprint of an array: shape, dtype, sum and a strided sample."""
+    arr = np.asarray(value)
+    flat = arr.ravel()
+    sample = flat[:: max(1, flat.size // 4096)]
+    return (arr.shape, str(arr.dtype), float(np.sum(flat, dtype=float)) if flat.size else 0.0,
+            sample.tobytes())
+
+
+def _data_fingerprints(model):
+    """Fingerprints of the pm.Data containers the observed terms depend on."""
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.basic import ancestors
+
+    graphs = list(model.observed_RVs) + [model.rvs_to_values[rv] for rv in model.observed_RVs]
+    out = []
+    for var in ancestors(graphs):
+        if isinstance(var, SharedVariable) and isinstance(var.get_value(borrow=True), np.ndarray):
+            out.append((var, _digest(var.get_value(borrow=True))))
+    return out

@@ -421,3 +421,19 @@ def test_vars_missing_a_coefficient(data):
         pm.Bernoulli("y", logit_p=a + X @ b, observed=y)
         with pytest.raises(UnsupportedModelError, match=r"depend on \['a'\].*not among the variables"):
             SplitGibbs([b], rho=0.2)
+
+
+def test_data_changed_after_construction():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(50, 2)), rng.integers(0, 2, 50)
+    kw = dict(draws=5, tune=5, chains=1, progressbar=False, compute_convergence_checks=False)
+    with pm.Model():
+        Xd = pm.Data("X", X)
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=Xd @ b, observed=y)
+        step = SplitGibbs(rho=0.3)
+        pm.sample(step=step, **kw)  # unchanged data: fine
+        pm.set_data({"X": 2 * X})
+        with pytest.raises(ValueError, match=r"data container 'X' changed .*Construct a new SplitGibbs"):
+            pm.sample(step=step, **kw)
+        pm.sample(step=SplitGibbs(rho=0.3), **kw)  # rebuilt: fine
