@@ -73,14 +73,31 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
         Warm start (e.g. the previous sweep's mode).
     """
     inv_r2 = 1.0 / rho**2
-    g0 = family.grad(centre, y, trials)
-    other = centre - rho**2 * g0
+    with np.errstate(over="ignore"):
+        g0 = family.grad(centre, y, trials)
+    # the far end of the bracket can overflow (Poisson far above its mode): keep it finite
+    other = np.clip(centre - rho**2 * g0, -1e300, 1e300)
     lo = np.minimum(centre, other)
     hi = np.maximum(centre, other)
     z = np.clip(centre if z_init is None else z_init, lo, hi).astype(float, copy=True)
-    prev_step = hi - lo
+    args = (family, y, trials, centre, rho, inv_r2, tol)
+    z, lo, hi, prev, done = _safeguarded_newton(*args, z, lo, hi, hi - lo, max_iter)
+    if not np.all(done):
+        # rows with an astronomically wide bracket (e.g. Poisson far above its mode) need
+        # many bisections: continue on those rows only
+        bad = np.flatnonzero(~done)
+        sub = lambda a: a if np.ndim(a) == 0 else np.broadcast_to(a, z.shape)[bad]  # noqa: E731
+        sub_args = (family, sub(y), None if trials is None else sub(trials), sub(centre),
+                    sub(rho), sub(inv_r2), tol)
+        z[bad] = _safeguarded_newton(*sub_args, z[bad], lo[bad], hi[bad], prev[bad], 20 * max_iter)[0]
+    return z
+
+
+def _safeguarded_newton(family, y, trials, centre, rho, inv_r2, tol, z, lo, hi, prev_step, max_iter):
+    done = np.zeros(z.shape, dtype=bool)
     for _ in range(max_iter):
-        gp = family.grad(z, y, trials) + (z - centre) * inv_r2
+        with np.errstate(over="ignore", invalid="ignore"):
+            gp = family.grad(z, y, trials) + (z - centre) * inv_r2
         done = np.abs(gp) * rho < tol
         if np.all(done):
             break
@@ -93,7 +110,7 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
         new = np.where(done, z, np.where(ok, newton, 0.5 * (lo + hi)))
         prev_step = np.where(done, prev_step, np.abs(new - z))
         z = new
-    return z
+    return z, lo, hi, prev_step, done
 
 
 def sample_z_exact(

@@ -21,6 +21,7 @@ import warnings
 import arviz as az
 import numpy as np
 import pandas as pd
+from scipy.special import logsumexp
 
 __all__ = ["psis_weights", "psis_summary", "RhoBiasWarning"]
 
@@ -64,11 +65,15 @@ def psis_weights(idata):
     khat : float
     """
     lw = _log_weights(idata)
+    # each chain may have its own rho (rho="auto" tunes per chain), hence its own
+    # normalising constant: normalise per chain, so that every chain counts by its draws
+    lw = lw - (logsumexp(lw, axis=-1, keepdims=True) - np.log(lw.shape[-1]))
     flat = lw.reshape(-1)
     # relative efficiency of the weight draws (MCMC draws are autocorrelated)
     w_raw = np.exp(lw - np.max(lw))
     reff = float(np.clip(az.ess(w_raw) / w_raw.size, 0.05, 1.0)) if w_raw.shape[-1] > 3 else 1.0
-    smoothed, khat = az.psislw(flat, reff=reff)
+    with np.errstate(over="ignore"):  # ArviZ's tail fit overflows harmlessly on flat weights
+        smoothed, khat = az.psislw(flat, reff=reff)
     w = np.exp(smoothed - np.max(smoothed))
     return w / w.sum(), float(khat)
 

@@ -174,17 +174,13 @@ class SplitGibbs(BlockedStep):
         self.vars = [model[name] for name in self.detected.value_var_names]
         self.vars = [model.rvs_to_values.get(v, v) for v in self.vars]
         self._free_sigma = any(s is not None for s in self.detected.sigma_sources)
-        self.z = None
-        self.z_mode = None
-        self.log_weight = float("nan")
-        self.atz = None
-        self.feedback = {"draws": 0, "z_accept": 0.0, "exact_accept": 0.0, "warned": False}
         self.tune = True
         self.rho_tuner = (
             RhoTuner(AUTO_RHO_START, bias_tol)
             if self.auto_rho and self.detected.problem.n_split
             else None
         )
+        self._reset_chain_state()
         self.rng = get_random_generator(rng)
 
     def __repr__(self) -> str:
@@ -257,9 +253,23 @@ class SplitGibbs(BlockedStep):
         return self._theta_to_point(state.theta, point), [stats]
 
     def set_rng(self, rng):
-        """PyMC hands every chain its Generator here; the data are re-checked at its first step."""
+        """PyMC hands every chain its Generator here, at the start of the chain.
+
+        The per-chain state starts afresh (z, rho='auto' tuning), so a step
+        object reused for another ``pm.sample`` call gives the same draws for
+        the same seed, and the data are re-checked at the chain's first step.
+        """
         super().set_rng(rng)
+        self._reset_chain_state()
         self._check_data = True
+
+    def _reset_chain_state(self):
+        self.z = self.z_mode = self.atz = None
+        self.log_weight = float("nan")
+        self.feedback = {"draws": 0, "z_accept": 0.0, "exact_accept": 0.0, "warned": False}
+        if self.rho_tuner is not None:
+            self.rho_tuner = RhoTuner(AUTO_RHO_START, self.bias_tol)
+            self.kernel.set_rho(AUTO_RHO_START)
 
     def _check_data_unchanged(self):
         for var, digest in self._data_fingerprints:
@@ -338,7 +348,7 @@ def _digest(value):
 def _data_fingerprints(model):
     """Fingerprints of the pm.Data containers the observed terms depend on."""
     from pytensor.compile.sharedvalue import SharedVariable
-    from pytensor.graph.basic import ancestors
+    from pytensor.graph.traversal import ancestors
 
     graphs = list(model.observed_RVs) + [model.rvs_to_values[rv] for rv in model.observed_RVs]
     out = []

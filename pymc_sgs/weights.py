@@ -73,5 +73,7 @@ def smoothed_log_likelihood(
 
 def log_weight_rows(family: Family, y, trials, eta, rho, mode=None, n_nodes: int = N_NODES):
     """Per-row ``log p(y_i | eta_i) - log E_{z ~ N(eta_i, rho_i^2)} p(y_i | z)``; also the modes."""
-    smoothed, m = smoothed_log_likelihood(family, y, trials, eta, rho, mode, n_nodes)
-    return family.log_likelihood(eta, y, trials) - smoothed, m
+    # a linear predictor beyond exp's range gives log w = -inf (rejected), not a warning
+    with np.errstate(over="ignore", invalid="ignore"):
+        smoothed, m = smoothed_log_likelihood(family, y, trials, eta, rho, mode, n_nodes)
+        return family.log_likelihood(eta, y, trials) - smoothed, m
