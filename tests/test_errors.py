@@ -437,3 +437,16 @@ def test_data_changed_after_construction():
         with pytest.raises(ValueError, match=r"data container 'X' changed .*Construct a new SplitGibbs"):
             pm.sample(step=step, **kw)
         pm.sample(step=SplitGibbs(rho=0.3), **kw)  # rebuilt: fine
+
+
+def test_empty_data_gives_the_prior():
+    # no observations: a correct result (the prior), not an error; theta draws are exact
+    with pm.Model():
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=np.zeros((0, 2)) @ b, observed=np.zeros(0))
+        idata = pm.sample(step=SplitGibbs(rho=0.3), draws=2000, tune=20, chains=1,
+                          random_seed=1, progressbar=False, compute_convergence_checks=False)
+    draws = idata.posterior["b"].values.reshape(-1, 2)
+    # iid N(0, 1) draws: mean within 4.5 / sqrt(2000), sd within 4.5 * sqrt(1 / (2 * 2000))
+    assert np.all(np.abs(draws.mean(0)) < 4.5 / np.sqrt(2000))
+    assert np.all(np.abs(draws.std(0) - 1) < 4.5 * np.sqrt(1 / 4000))
