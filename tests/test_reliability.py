@@ -5,9 +5,9 @@ Bad constructor input (rho, alpha, bias_tol, ...) is covered by ``test_errors.py
 ``test_exact_and_auto_rho.py``; fork/spawn reproducibility at fixed rho by ``test_sampler.py``.
 All seeds are fixed integers chosen once; nothing here is statistical except the support checks
 of the extreme-predictor test, whose failure probability under a correct sampler is below
-``exp(-20)`` per draw (see there). Tests marked ``xfail(strict=True)`` pin known bugs: they
-state the intended behaviour and start failing (XPASS) once the bug is fixed, as a reminder to
-remove the marker.
+``exp(-20)`` per draw (see there). A bug found here is pinned with ``xfail(strict=True)``
+stating the intended behaviour, which fails (XPASS) once the bug is fixed, as a reminder to
+remove the marker (the set_data, reused-step and overflow-warning tests started that way).
 
 Regenerating the golden file (only after an *intended* change of the random stream, e.g. a new
 order of random draws in the kernel; say so in the commit message)::
