@@ -105,7 +105,8 @@ def _bregman(code, z, z0, y, t):
 @njit(cache=True)
 def _mode(code, y, t, c, rho, z0, tol, max_iter):
     inv_r2 = 1.0 / (rho * rho)
-    other = c - rho * rho * _grad(code, c, y, t)
+    # keep the far end of the bracket finite (Poisson far above its mode overflows)
+    other = min(max(c - rho * rho * _grad(code, c, y, t), -1e300), 1e300)
     lo = min(c, other)
     hi = max(c, other)
     z = min(max(z0, lo), hi)
@@ -173,7 +174,8 @@ def fused_z_pass(
         for j in range(d):
             c += A[i, j] * theta[j]
         yi, ti, ri = y[i], trials[i], rho[i]
-        m = _mode(code, yi, ti, c, ri, z_mode[i], 1e-6, 200)
+        # converged rows stop early; the cap only matters for astronomically wide brackets
+        m = _mode(code, yi, ti, c, ri, z_mode[i], 1e-6, 4000)
         inv_r2 = 1.0 / (ri * ri)
         curv = _hess(code, m, yi, ti)
         s = 1.0 / math.sqrt(curv + inv_r2)

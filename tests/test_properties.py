@@ -222,13 +222,6 @@ def test_sample_z_exact_poisson_large_centre_is_exact_or_raises():
     assert p > P_KS, (np.mean(draw.z), mode)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the compiled z-pass (pymc_sgs.fused._mode, the default engine for alpha != 0) "
-    "still has the old 200-iteration mode search: at a Poisson centre of 300 it returns a "
-    "mode of -6e69, rejects every z-move and reports log_weight = +1.5e143 (nan at 700), "
-    "while the numpy path (fixed) gives mode 7.07 and a finite weight.",
-)
 @pytest.mark.parametrize("c", [300.0, 700.0])
 def test_fused_z_pass_poisson_large_centre_matches_numpy(c):
     from pymc_sgs.kernel import SplitGibbsKernel
