@@ -60,7 +60,8 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
     inside the shrinking bracket and at most halves the previous step,
     otherwise the bracket is bisected. This stops both the 2-cycles Newton
     can fall into on logistic potentials and its one-unit-per-step crawl down
-    an exponential (Poisson far above the mode). Convergence is declared when
+    an exponential (Poisson far above the mode). The first step is only
+    required to stay inside the bracket. Convergence is declared when
     ``|g'(z)| * rho < tol``; the exact sampler does not need more (its
     envelope is valid at any point, see :func:`sample_z_exact`).
 
@@ -81,7 +82,10 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
     hi = np.maximum(centre, other)
     z = np.clip(centre if z_init is None else z_init, lo, hi).astype(float, copy=True)
     args = (family, y, trials, centre, rho, inv_r2, tol)
-    z, lo, hi, prev, done = _safeguarded_newton(*args, z, lo, hi, hi - lo, max_iter)
+    # the first Newton step only has to stay inside the bracket: from a warm start it
+    # usually lands within tolerance (at small rho the problem is nearly quadratic)
+    first_step = np.full(z.shape, np.inf)
+    z, lo, hi, prev, done = _safeguarded_newton(*args, z, lo, hi, first_step, max_iter)
     if not np.all(done):
         # rows with an astronomically wide bracket (e.g. Poisson far above its mode) need
         # many bisections: continue on those rows only
@@ -98,7 +102,8 @@ def _safeguarded_newton(family, y, trials, centre, rho, inv_r2, tol, z, lo, hi, 
     for _ in range(max_iter):
         with np.errstate(over="ignore", invalid="ignore"):
             gp = family.grad(z, y, trials) + (z - centre) * inv_r2
-        done = np.abs(gp) * rho < tol
+        with np.errstate(over="ignore"):
+            done = np.abs(gp) * rho < tol
         if np.all(done):
             break
         pos = gp > 0

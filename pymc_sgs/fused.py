@@ -59,6 +59,26 @@ def _softplus(z):
 
 
 @njit(cache=True)
+def _grad_hess(code, z, y, t):
+    """``U'(z)``, ``U''(z)`` and, for the logit link, ``e = exp(-|z|)`` (reused by softplus)."""
+    if code == LOGIT:
+        # one exp gives p = expit(z) and q = 1 - p, both to full relative precision
+        if z >= 0.0:
+            e = math.exp(-z)
+            p = 1.0 / (1.0 + e)
+            q = e * p
+            return (t - y) - t * q, t * p * q, e
+        e = math.exp(z)
+        q = 1.0 / (1.0 + e)
+        p = e * q
+        return t * p - y, t * p * q, e
+    if code == LOG:
+        e = math.exp(z)
+        return e - y, e, e
+    return (z - y) / (t * t), 1.0 / (t * t), 0.0
+
+
+@njit(cache=True)
 def _grad(code, z, y, t):
     if code == LOGIT:
         return -y + t * _expit(z)
@@ -104,29 +124,52 @@ def _bregman(code, z, z0, y, t):
 
 @njit(cache=True)
 def _mode(code, y, t, c, rho, z0, tol, max_iter):
+    """Mode of ``U(z) + (z - c)^2 / (2 rho^2)`` and ``U'``, ``U''``, ``e`` there (see find_z_mode)."""
     inv_r2 = 1.0 / (rho * rho)
     # keep the far end of the bracket finite (Poisson far above its mode overflows)
     other = min(max(c - rho * rho * _grad(code, c, y, t), -1e300), 1e300)
     lo = min(c, other)
     hi = max(c, other)
     z = min(max(z0, lo), hi)
-    prev_step = hi - lo
+    # the first Newton step only has to stay inside the bracket (see find_z_mode)
+    prev_step = math.inf
+    g, h, e = _grad_hess(code, z, y, t)
     for _ in range(max_iter):
-        gp = _grad(code, z, y, t) + (z - c) * inv_r2
+        gp = g + (z - c) * inv_r2
         if abs(gp) * rho < tol:
             break
         if gp > 0.0:
             hi = z
         else:
             lo = z
-        newton = z - gp / (_hess(code, z, y, t) + inv_r2)
+        newton = z - gp / (h + inv_r2)
         if newton > lo and newton < hi and abs(newton - z) <= 0.5 * prev_step:
             new = newton
         else:
             new = 0.5 * (lo + hi)
         prev_step = abs(new - z)
         z = new
-    return z
+        g, h, e = _grad_hess(code, z, y, t)
+    return z, g, h, e
+
+
+@njit(cache=True)
+def _remainder_diff(code, zi, prop, m, g, h, e, gm, y, t):
+    """``r(zi) - r(prop)``: the log MH ratio of the over-relaxed move (see overrelaxed_z_move).
+
+    ``r(v) = D_U(v, m) + g'(m)(v - m) - U''(m)(v - m)^2 / 2``; for the logit link
+    ``U(m)`` cancels between the two Bregman terms, so only the softplus of the
+    two points is needed (``g, h, e`` come from the mode search).
+    """
+    dz = zi - m
+    dp = prop - m
+    quad = gm * (dz - dp) - 0.5 * h * (dz * dz - dp * dp)
+    if code == LOGIT:
+        # D_U(v, m) = t softplus(v) - t softplus(m) - (g + y)(v - m)
+        b_cur = t * _softplus(zi) - (g + y) * dz
+        b_prop = t * _softplus(prop) - (g + y) * dp
+        return (b_cur - b_prop) + quad
+    return _bregman(code, zi, m, y, t) - _bregman(code, prop, m, y, t) + quad
 
 
 @njit(cache=True)
@@ -168,48 +211,36 @@ def fused_z_pass(
     sq = math.sqrt(1.0 - alpha * alpha)
     K = nodes.shape[0]
     half_log_2pi = 0.5 * math.log(2.0 * math.pi)
-    buf = np.empty(K)
     for i in range(n):
         c = offset[i]
         for j in range(d):
             c += A[i, j] * theta[j]
         yi, ti, ri = y[i], trials[i], rho[i]
         # converged rows stop early; the cap only matters for astronomically wide brackets
-        m = _mode(code, yi, ti, c, ri, z_mode[i], 1e-6, 4000)
+        m, g, curv, e = _mode(code, yi, ti, c, ri, z_mode[i], 1e-6, 4000)
         inv_r2 = 1.0 / (ri * ri)
-        curv = _hess(code, m, yi, ti)
         s = 1.0 / math.sqrt(curv + inv_r2)
-        gm = _grad(code, m, yi, ti) + (m - c) * inv_r2
+        gm = g + (m - c) * inv_r2
         zi = z[i]
         prop = m + alpha * (zi - m) + sq * s * eps[i]
-        dz = zi - m
-        dp = prop - m
-        r_cur = _bregman(code, zi, m, yi, ti) + gm * dz - 0.5 * curv * dz * dz
-        r_prop = _bregman(code, prop, m, yi, ti) + gm * dp - 0.5 * curv * dp * dp
-        log_ratio = r_cur - r_prop
+        log_ratio = _remainder_diff(code, zi, prop, m, g, curv, e, gm, yi, ti)
         acc = math.exp(log_ratio) if log_ratio < 0.0 else 1.0
         accept_sum += acc
         znew = prop if u[i] < acc else zi
         z_out[i] = znew
         mode_out[i] = m
         if weights:
-            top = -math.inf
+            # integrand relative to its value at the mode: every term is <= exp(x_k^2 / 2)
+            # for a log-concave likelihood, so one pass needs no max-shift
+            f_m = _loglik(code, m, yi, ti) - 0.5 * ((m - c) * (m - c)) * inv_r2
+            total = 0.0
             for k in range(K):
                 zk = m + s * nodes[k]
-                v = (
-                    _loglik(code, zk, yi, ti)
-                    - 0.5 * ((zk - c) / ri) ** 2
-                    - math.log(ri)
-                    - half_log_2pi
-                    + log_wx[k]
-                )
-                buf[k] = v
-                if v > top:
-                    top = v
-            acc_sum = 0.0
-            for k in range(K):
-                acc_sum += math.exp(buf[k] - top)
-            log_weight += _loglik(code, c, yi, ti) - (math.log(s) + top + math.log(acc_sum))
+                dk = zk - c
+                total += math.exp(_loglik(code, zk, yi, ti) - 0.5 * dk * dk * inv_r2 - f_m + log_wx[k])
+            log_weight += _loglik(code, c, yi, ti) - (
+                math.log(s) + f_m - math.log(ri) - half_log_2pi + math.log(total)
+            )
         w = (znew - offset[i]) * inv_r2
         for j in range(d):
             atz[j] += A[i, j] * w
