@@ -15,13 +15,18 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse
 
 from .conditionals import GaussianThetaConditional, overrelaxed_z_move, sample_z_exact
 from .fused import family_code, fused_z_pass
 from .problem import SplitProblem
+from .theta_cg import CGThetaConditional
 from .weights import N_NODES, gauss_hermite_nodes, log_weight_rows
 
-__all__ = ["SGSState", "SGSInfo", "SplitGibbsKernel", "validate_rho", "validate_alpha"]
+__all__ = [
+    "SGSState", "SGSInfo", "SplitGibbsKernel", "validate_rho", "validate_alpha",
+    "validate_theta_solver",
+]
 
 
 class SGSState(NamedTuple):
@@ -78,6 +83,19 @@ def validate_rho(rho, n: int) -> np.ndarray:
     return arr
 
 
+#: above this many coefficients, theta_solver="auto" avoids forming the d x d precision
+CG_MIN_D = 2000
+
+
+def validate_theta_solver(theta_solver) -> str:
+    """Check ``theta_solver`` is one of ``"auto"``, ``"cholesky"``, ``"cg"``."""
+    if not isinstance(theta_solver, str) or theta_solver not in ("auto", "cholesky", "cg"):
+        raise ValueError(
+            f"theta_solver must be 'auto', 'cholesky' or 'cg'; received {theta_solver!r}."
+        )
+    return theta_solver
+
+
 def validate_alpha(alpha) -> float:
     """Check the over-relaxation parameter: a number in (-1, 1)."""
     try:
@@ -116,6 +134,17 @@ class SplitGibbsKernel:
         over the rows (:mod:`pymc_sgs.fused`); ``"numpy"`` is the vectorised
         reference path. ``"auto"`` picks numba when every split family has a
         compiled form. Both consume the same random numbers in the same order.
+    theta_solver : {"auto", "cholesky", "cg"}
+        How ``theta | z`` is drawn: ``"cholesky"`` factors the d x d precision
+        once (:class:`~pymc_sgs.conditionals.GaussianThetaConditional`);
+        ``"cg"`` solves one perturbed system per sweep by conjugate gradients
+        without forming it (:class:`~pymc_sgs.theta_cg.CGThetaConditional`),
+        for large d or a :mod:`scipy.sparse` design. ``"auto"`` picks ``"cg"``
+        when the design is sparse or ``d > 2000``.
+    dtype : {"float64", "float32"}
+        Storage of the design for the compiled pass. ``"float32"`` halves the
+        bytes read per sweep (the arithmetic and the accumulation of
+        ``A^T z`` stay in float64); the theta-step keeps the float64 design.
 
     Notes
     -----
@@ -126,7 +155,8 @@ class SplitGibbsKernel:
 
     def __init__(
         self, problem: SplitProblem, rho, alpha: float = 0.0, log_weights: bool = False,
-        n_nodes: int = N_NODES, engine: str = "auto",
+        n_nodes: int = N_NODES, engine: str = "auto", theta_solver: str = "auto",
+        dtype: str = "float64",
     ):
         self.problem = problem
         self.alpha = validate_alpha(alpha)
@@ -136,7 +166,17 @@ class SplitGibbsKernel:
         self.rho = validate_rho(rho, self.A.shape[0])
         self._slices = problem.term_slices()
         self._rho_rows = np.broadcast_to(self.rho, (self.A.shape[0],))
-        self.theta_conditional = GaussianThetaConditional(
+        sparse = scipy.sparse.issparse(self.A)
+        self.theta_solver = validate_theta_solver(theta_solver)
+        if self.theta_solver == "auto":
+            self.theta_solver = "cg" if sparse or problem.d > CG_MIN_D else "cholesky"
+        if sparse and self.theta_solver == "cholesky":
+            raise ValueError(
+                "theta_solver='cholesky' needs a dense design; received a scipy.sparse design. "
+                "Use theta_solver='cg' (or 'auto')."
+            )
+        conditional = CGThetaConditional if self.theta_solver == "cg" else GaussianThetaConditional
+        self.theta_conditional = conditional(
             problem.prior_precision,
             problem.prior_mean,
             self.A,
@@ -144,6 +184,9 @@ class SplitGibbsKernel:
             self.rho,
             [(t.A, t.offset, t.y) for t in problem.gaussian_terms],
         )
+        if dtype not in ("float64", "float32"):
+            raise ValueError(f"dtype must be 'float64' or 'float32'; received {dtype!r}.")
+        self.dtype = dtype
         fixed = [t.sigma for t in problem.gaussian_terms]
         self._sigmas_fixed = all(s is not None for s in fixed)
         if problem.gaussian_terms and self._sigmas_fixed:
@@ -153,13 +196,22 @@ class SplitGibbsKernel:
         codes = [family_code(t.family) for t in problem.split_terms]
         if engine == "numba" and any(c is None for c in codes):
             raise ValueError("engine='numba' has no compiled form for some of the families.")
-        self.engine = "numpy" if engine == "numpy" or any(c is None for c in codes) else "numba"
+        if engine == "numba" and sparse:
+            raise ValueError("engine='numba' needs a dense design; received a scipy.sparse one.")
+        self.engine = (
+            "numpy" if engine == "numpy" or sparse or any(c is None for c in codes) else "numba"
+        )
+        if dtype == "float32" and self.engine != "numba":
+            raise ValueError(
+                "dtype='float32' applies to the compiled pass, which is not available here "
+                f"(engine={self.engine!r}); use dtype='float64'."
+            )
         self._codes = codes
         if self.engine == "numba":
             self.A = np.ascontiguousarray(self.A, dtype=np.float64)
             self._term_data = [
                 (
-                    np.ascontiguousarray(self.A[sl]),
+                    np.ascontiguousarray(self.A[sl], dtype=np.float32 if dtype == "float32" else np.float64),
                     np.ascontiguousarray(t.offset, dtype=float),
                     np.ascontiguousarray(t.y, dtype=float),
                     np.ascontiguousarray(

@@ -13,7 +13,7 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator
 
 from .detect import detect_split_problem
-from .kernel import SGSState, SplitGibbsKernel, validate_alpha, validate_rho
+from .kernel import SGSState, SplitGibbsKernel, validate_alpha, validate_rho, validate_theta_solver
 from .rho import RhoTuner, validate_bias_tol
 
 #: starting value of rho="auto" (in linear-predictor units)
@@ -89,6 +89,14 @@ class SplitGibbs(BlockedStep):
         PyMC replaces it by a per-chain Generator through :meth:`set_rng`.
     split_gaussian : bool
         Test-only: split Normal-identity likelihoods too.
+    theta_solver : {"auto", "cholesky", "cg"}
+        How ``theta | z`` is drawn: one Cholesky factor of the d x d precision
+        (``"cholesky"``), or a conjugate-gradient solve per sweep that never
+        forms it (``"cg"``, for many coefficients; needs a proper prior on
+        every coefficient). ``"auto"``: ``"cg"`` when ``d > 2000``.
+    dtype : {"float64", "float32"}
+        Storage of the design for the compiled pass over the data;
+        ``"float32"`` halves the bytes read per sweep (arithmetic stays float64).
 
     Notes
     -----
@@ -140,6 +148,8 @@ class SplitGibbs(BlockedStep):
         model=None,
         rng=None,
         split_gaussian: bool = False,
+        theta_solver: str = "auto",
+        dtype: str = "float64",
         blocked: bool = True,
     ):
         # parameters are checked before the model is read, so mistakes surface at once
@@ -152,6 +162,12 @@ class SplitGibbs(BlockedStep):
                 )
             validate_rho(rho, np.size(rho))
         validate_alpha(alpha)
+        validate_theta_solver(theta_solver)
+        if dtype not in ("float64", "float32"):
+            raise ValueError(
+                f"dtype must be 'float64' or 'float32' (storage of the design for the compiled "
+                f"pass); received {dtype!r}."
+            )
         bias_tol = validate_bias_tol(bias_tol)
         if isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 1:
             raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
@@ -166,7 +182,8 @@ class SplitGibbs(BlockedStep):
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
         self.kernel = SplitGibbsKernel(
-            self.detected.problem, start_rho, alpha, log_weights=log_weights
+            self.detected.problem, start_rho, alpha, log_weights=log_weights,
+            theta_solver=theta_solver, dtype=dtype,
         )
         self.exact = bool(exact)
         self.exact_sweeps = int(exact_sweeps)

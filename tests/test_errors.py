@@ -450,3 +450,30 @@ def test_empty_data_gives_the_prior():
     # iid N(0, 1) draws: mean within 4.5 / sqrt(2000), sd within 4.5 * sqrt(1 / (2 * 2000))
     assert np.all(np.abs(draws.mean(0)) < 4.5 / np.sqrt(2000))
     assert np.all(np.abs(draws.std(0) - 1) < 4.5 * np.sqrt(1 / 4000))
+
+
+# ------------------------------------------------------------ solver options
+@pytest.mark.parametrize(
+    "kwargs, msg",
+    [
+        (dict(theta_solver="lu"), r"theta_solver must be 'auto', 'cholesky' or 'cg'; received 'lu'"),
+        (dict(theta_solver=None), r"theta_solver must be .*received None"),
+        (dict(dtype="float16"), r"dtype must be 'float64' or 'float32' .*received 'float16'"),
+    ],
+    ids=["solver-name", "solver-None", "dtype"],
+)
+def test_bad_solver_options(data, kwargs, msg):
+    X, y, _ = data
+    with pytest.raises(ValueError, match=msg):
+        logistic(X, y, rho=0.2, **kwargs)
+
+
+def test_cg_with_a_flat_prior_is_a_clear_error(data):
+    from pymc_sgs.conditionals import SingularPrecisionError
+
+    X, y, _ = data
+    with pm.Model():
+        b = pm.Flat("beta", shape=D)
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+        with pytest.raises(SingularPrecisionError, match=r"theta_solver='cg' needs a proper Gaussian prior"):
+            SplitGibbs(rho=0.2, theta_solver="cg")
