@@ -64,6 +64,15 @@ class Family:
         """Full log-likelihood ``log p(y | z)``, normalising constants included."""
         raise NotImplementedError
 
+    def third_fourth(self, z, y, trials=None):
+        """Third and fourth derivatives of the potential, or None when not implemented.
+
+        Only used to pick fewer quadrature nodes for the importance weights
+        where the integrand is nearly Gaussian (:mod:`pymc_sgs.weights`); a
+        family without them always gets the full node count.
+        """
+        return None
+
     def bregman(self, z, z0, y, trials=None):
         """Bregman divergence ``U(z) - U(z0) - U'(z0) (z - z0)`` (>= 0 when convex).
 
@@ -140,6 +149,14 @@ class BinomialLogit(Family):
         # expit(z) * expit(-z) rather than p * (1 - p): no cancellation to 0 for z >> 0
         return trials * expit(z) * expit(-z)
 
+    def third_fourth(self, z, y, trials=None):
+        # their maxima over z, t / (6 sqrt 3) and t / 8, not the values at z: the logistic
+        # potential's higher derivatives change sign near z = 0, so a pointwise value can
+        # vanish where the integrand is not Gaussian
+        shape = np.shape(z)
+        t = np.broadcast_to(np.asarray(trials, dtype=float), shape)
+        return t / (6.0 * np.sqrt(3.0)), t / 8.0
+
     def log_likelihood(self, z, y, trials=None):
         logcomb = gammaln(trials + 1) - gammaln(y + 1) - gammaln(trials - y + 1)
         return logcomb + y * z - trials * _softplus(z)
@@ -175,6 +192,9 @@ class BernoulliLogit(BinomialLogit):
 
     def hess(self, z, y, trials=None):
         return super().hess(z, y, 1.0)
+
+    def third_fourth(self, z, y, trials=None):
+        return super().third_fourth(z, y, 1.0)
 
     def log_likelihood(self, z, y, trials=None):
         # y log expit(z) + (1 - y) log expit(-z), with one transcendental per element
@@ -212,6 +232,10 @@ class PoissonLog(Family):
 
     def hess(self, z, y, trials=None):
         return np.exp(z)
+
+    def third_fourth(self, z, y, trials=None):
+        e = np.exp(z)
+        return e, e
 
     def log_likelihood(self, z, y, trials=None):
         return y * z - np.exp(z) - gammaln(y + 1)
@@ -257,6 +281,9 @@ class NormalIdentity(Family):
 
     def bregman(self, z, z0, y, trials=None):
         return 0.5 * ((z - z0) / trials) ** 2
+
+    def third_fourth(self, z, y, trials=None):
+        return np.zeros(np.shape(z)), np.zeros(np.shape(z))
 
 
 FAMILIES = {

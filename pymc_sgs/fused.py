@@ -79,6 +79,18 @@ def _grad_hess(code, z, y, t):
 
 
 @njit(cache=True)
+def _non_gaussianity(code, z, h, e, t, s):
+    """``|U'''(z)| s^3 + |U''''(z)| s^4`` from ``U''(z) = h`` and ``e`` of :func:`_grad_hess`."""
+    s3 = s * s * s
+    if code == LOGIT:
+        # global bounds |U'''| <= t / (6 sqrt 3), |U''''| <= t / 8 (see BinomialLogit.third_fourth)
+        return t * s3 * (0.09622504486493763 + 0.125 * s)
+    if code == LOG:
+        return e * s3 * (1.0 + s)
+    return 0.0
+
+
+@njit(cache=True)
 def _grad(code, z, y, t):
     if code == LOGIT:
         return -y + t * _expit(z)
@@ -175,7 +187,7 @@ def _remainder_diff(code, zi, prop, m, g, h, e, gm, y, t):
 @njit(cache=True)
 def fused_z_pass(
     A, offset, y, trials, rho, code, theta, z, z_mode, alpha, eps, u, nodes, log_wx, weights,
-    z_out, mode_out,
+    z_out, mode_out, nodes_lo, log_wx_lo, near_gaussian,
 ):
     """Over-relaxed MH move of every z_i at ``theta``, fused with the weights and ``A^T w (z - o)``.
 
@@ -190,6 +202,9 @@ def fused_z_pass(
     alpha : float
     nodes, log_wx : (K,) float64
         Gauss–Hermite nodes and ``log(weight) + x^2/2``.
+    nodes_lo, log_wx_lo : float64 arrays
+        The smaller rule for nearly Gaussian rows (``|U'''(m)| s^3 <=
+        near_gaussian``, see :mod:`pymc_sgs.weights`).
     weights : bool
         Whether to compute the log importance weight.
     z_out, mode_out : (n,) float64
@@ -209,7 +224,6 @@ def fused_z_pass(
     accept_sum = 0.0
     log_weight = 0.0
     sq = math.sqrt(1.0 - alpha * alpha)
-    K = nodes.shape[0]
     half_log_2pi = 0.5 * math.log(2.0 * math.pi)
     for i in range(n):
         c = offset[i]
@@ -233,11 +247,25 @@ def fused_z_pass(
             # integrand relative to its value at the mode: every term is <= exp(x_k^2 / 2)
             # for a log-concave likelihood, so one pass needs no max-shift
             f_m = _loglik(code, m, yi, ti) - 0.5 * ((m - c) * (m - c)) * inv_r2
+            near = _non_gaussianity(code, m, curv, e, ti, s) <= near_gaussian
+            xs = nodes_lo if near else nodes
+            lws = log_wx_lo if near else log_wx
             total = 0.0
-            for k in range(K):
-                zk = m + s * nodes[k]
-                dk = zk - c
-                total += math.exp(_loglik(code, zk, yi, ti) - 0.5 * dk * dk * inv_r2 - f_m + log_wx[k])
+            if code == LOGIT and ti == 1.0 and f_m > -500.0:
+                # Bernoulli: p(y | z) = expit(+-z) costs one exp, not exp + log1p + exp; the
+                # remaining factor exp(-(z-c)^2/(2 rho^2) - f_m) cannot overflow when f_m > -500
+                sgn = 1.0 if yi == 1.0 else -1.0
+                for k in range(xs.shape[0]):
+                    zk = m + s * xs[k]
+                    dk = zk - c
+                    total += _expit(sgn * zk) * math.exp(lws[k] - 0.5 * dk * dk * inv_r2 - f_m)
+            else:
+                for k in range(xs.shape[0]):
+                    zk = m + s * xs[k]
+                    dk = zk - c
+                    total += math.exp(
+                        _loglik(code, zk, yi, ti) - 0.5 * dk * dk * inv_r2 - f_m + lws[k]
+                    )
             log_weight += _loglik(code, c, yi, ti) - (
                 math.log(s) + f_m - math.log(ri) - half_log_2pi + math.log(total)
             )

@@ -21,7 +21,7 @@ from .conditionals import GaussianThetaConditional, overrelaxed_z_move, sample_z
 from .fused import family_code, fused_z_pass
 from .problem import SplitProblem
 from .theta_cg import CGThetaConditional
-from .weights import N_NODES, gauss_hermite_nodes, log_weight_rows
+from .weights import N_NODES, NEAR_GAUSSIAN, gauss_hermite_nodes, log_weight_rows
 
 __all__ = [
     "SGSState", "SGSInfo", "SplitGibbsKernel", "validate_rho", "validate_alpha",
@@ -314,6 +314,10 @@ class SplitGibbsKernel:
             log_w = self.log_weight(theta, mode)[0] if weights else float("nan")
             return z, mode, acc, log_w, self.theta_conditional.split_rhs(z)
         nodes, log_wx = gauss_hermite_nodes(self.n_nodes)
+        # the numpy path (log_weight_rows) halves the rule on nearly Gaussian rows; so does this
+        adaptive = self.n_nodes >= 8
+        nodes_lo, log_wx_lo = gauss_hermite_nodes(self.n_nodes // 2 if adaptive else self.n_nodes)
+        near_gaussian = NEAR_GAUSSIAN if adaptive else -1.0
         z_new = np.empty(n)
         mode = np.empty(n)
         atz = np.zeros(self.A.shape[1])
@@ -327,7 +331,7 @@ class SplitGibbsKernel:
             a, acc_t, lw_t = fused_z_pass(
                 A, off, y, trials, np.ascontiguousarray(self._rho_rows[sl]), code, theta,
                 np.ascontiguousarray(z[sl]), np.ascontiguousarray(z_mode[sl]), self.alpha, eps, u,
-                nodes, log_wx, weights, z_new[sl], mode[sl],
+                nodes, log_wx, weights, z_new[sl], mode[sl], nodes_lo, log_wx_lo, near_gaussian,
             )
             atz += a
             acc += acc_t

@@ -111,3 +111,38 @@ def test_psis_summary_refuses_exact_mode_draws():
         )
     with pytest.raises(ValueError, match="exact"):
         pymc_sgs.psis_summary(idata)
+
+
+def test_half_quadrature_rule_is_used_only_where_it_is_accurate():
+    # rows with |U'''(m)| s^3 + |U''''(m)| s^4 <= NEAR_GAUSSIAN get n_nodes // 2 nodes: there the error against a
+    # 40-node reference stays below 1e-8; on the other rows the half rule would be worse
+    from pymc_sgs.conditionals import find_z_mode
+    from pymc_sgs.weights import NEAR_GAUSSIAN, smoothed_log_likelihood
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    cases = [
+        ("bernoulli", (rng.random(n) < 0.5).astype(float), None, rng.normal(0, 3, n)),
+        ("binomial", rng.integers(0, 8, n).astype(float), np.full(n, 8.0), rng.normal(0, 2, n)),
+        ("poisson", rng.poisson(5, n).astype(float), None, rng.normal(1.5, 1, n)),
+        ("poisson", rng.poisson(200, n).astype(float), None, rng.normal(5.3, 0.5, n)),
+    ]
+    worse_elsewhere = False
+    for name, y, trials, eta in cases:
+        fam = FAMILIES[name]
+        for rho in (0.05, 0.2, 0.5, 1.0, 2.0):
+            ref, _ = smoothed_log_likelihood(fam, y, trials, eta, rho, n_nodes=40)
+            adaptive, _ = smoothed_log_likelihood(fam, y, trials, eta, rho, n_nodes=16)
+            half, _ = smoothed_log_likelihood(fam, y, trials, eta, rho, n_nodes=7)  # < 8: fixed rule
+            m = find_z_mode(fam, y, trials, eta, np.full(n, rho))
+            s = 1 / np.sqrt(fam.hess(m, y, trials) + 1 / rho**2)
+            u3, u4 = fam.third_fourth(m, y, trials)
+            near = np.abs(u3) * s**3 + np.abs(u4) * s**4 <= NEAR_GAUSSIAN
+            full16, _ = smoothed_log_likelihood(fam, y, trials, eta, rho, n_nodes=17)
+            assert np.max(np.abs(adaptive - ref)[near], initial=0) < 1e-8, (name, rho)
+            # rows not near-Gaussian keep the full rule: as accurate as a fixed 16+ node rule
+            assert np.max(np.abs(adaptive - ref)[~near], initial=0) <= 10 * np.max(
+                np.abs(full16 - ref)[~near], initial=0) + 1e-12, (name, rho)
+            if np.any(~near) and np.max(np.abs(half - ref)[~near]) > 1e-8:
+                worse_elsewhere = True
+    assert worse_elsewhere  # the criterion does separate rows where fewer nodes would be wrong
