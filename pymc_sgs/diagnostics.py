@@ -61,10 +61,21 @@ def psis_weights(idata):
     Returns
     -------
     weights : ndarray, shape (chains * draws,)
-        Non-negative, summing to one, in ``(chain, draw)`` C order.
+        Non-negative, summing to one, in ``(chain, draw)`` C order; zero for
+        draws without a recorded weight (``SplitGibbs(log_weights=k)``).
     khat : float
     """
-    lw = _log_weights(idata)
+    lw_all = _log_weights(idata)
+    # SplitGibbs(log_weights=k) records weights on every k-th draw only: use those draws
+    # (draws without a weight get weight 0)
+    have = np.isfinite(lw_all)
+    keep = np.all(have, axis=0)
+    if not np.array_equal(have, np.broadcast_to(keep, have.shape)):
+        raise ValueError(
+            "the chains have importance weights at different draws; psis_weights needs the "
+            "same draws weighted in every chain (sample all chains with the same log_weights)."
+        )
+    lw = lw_all[:, keep]
     # each chain may have its own rho (rho="auto" tunes per chain), hence its own
     # normalising constant: normalise per chain, so that every chain counts by its draws
     lw = lw - (logsumexp(lw, axis=-1, keepdims=True) - np.log(lw.shape[-1]))
@@ -75,7 +86,9 @@ def psis_weights(idata):
     with np.errstate(over="ignore"):  # ArviZ's tail fit overflows harmlessly on flat weights
         smoothed, khat = az.psislw(flat, reff=reff)
     w = np.exp(smoothed - np.max(smoothed))
-    return w / w.sum(), float(khat)
+    out = np.zeros(lw_all.shape)
+    out[:, keep] = (w / w.sum()).reshape(lw.shape)
+    return out.reshape(-1), float(khat)
 
 
 def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
@@ -97,7 +110,7 @@ def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
         targeting pi), ``mean_rho`` and ``sd_rho`` (uncorrected, pi_rho), and
         ``shift``, the correction in units of the corrected sd. Attributes
         ``attrs["khat"]`` and ``attrs["weight_ess"]`` (Kish ESS of the weights
-        as a fraction of the draws).
+        as a fraction of the weighted draws).
     """
     w, khat = psis_weights(idata)
     post = idata.posterior
@@ -115,7 +128,8 @@ def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
             index.append(name if flat.shape[1] == 1 else f"{name}[{_index_label(v.shape[2:], j)}]")
     df = pd.DataFrame(rows, index=index, columns=["mean", "sd", "mean_rho", "sd_rho", "shift"])
     df.attrs["khat"] = khat
-    df.attrs["weight_ess"] = float(1.0 / np.sum(w**2) / w.size)
+    n_weighted = int(np.count_nonzero(np.isfinite(_log_weights(idata))))
+    df.attrs["weight_ess"] = float(1.0 / np.sum(w**2) / n_weighted)
     if warn and khat > KHAT_OK:
         level = "unreliable" if khat > KHAT_BAD else "slowly converging"
         warnings.warn(

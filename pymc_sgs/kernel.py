@@ -338,8 +338,11 @@ class SplitGibbsKernel:
             log_w += lw_t
         return z_new, mode, acc / max(n, 1), (log_w if weights else float("nan")), atz
 
-    def sweep(self, state: SGSState, rng: np.random.Generator):
+    def sweep(self, state: SGSState, rng: np.random.Generator, weights: bool | None = None):
         """One Gibbs sweep of the split model.
+
+        ``weights`` overrides ``log_weights`` for this sweep (the step skips
+        them on thinned draws); it does not change the random numbers used.
 
         ``alpha = 0`` (plain SGS): exact ``z | theta`` by rejection, then
         ``theta | z``. Otherwise: over-relaxed ``theta | z``, then the
@@ -347,24 +350,25 @@ class SplitGibbsKernel:
         also yields the new theta's importance weight and ``A^T z`` for the
         next sweep (the same Gibbs scan, started at the other block).
         """
+        weights = self.log_weights if weights is None else bool(weights)
         if self.A.shape[0] == 0:
             # no split terms: theta | sigma is the exact posterior, drawn independently
             theta = self.theta_conditional.sample_from_rhs(np.zeros(self.A.shape[1]), rng)
-            log_w = 0.0 if self.log_weights else float("nan")
+            log_w = 0.0 if weights else float("nan")
             info = SGSInfo(z_proposals=0.0, z_accept=1.0, log_weight=log_w)
             return state._replace(theta=theta, log_weight=log_w), info
         if self.alpha == 0.0:
             z, mode, n_prop = self.sample_z(state.theta, state.z_mode, rng)
             info = SGSInfo(z_proposals=n_prop / z.shape[0], z_accept=1.0)
             theta = self.theta_conditional.sample(z, rng)
-            if self.log_weights:
+            if weights:
                 log_w, mode = self.log_weight(theta, mode)
                 info = info._replace(log_weight=log_w)
                 return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w), info
             return SGSState(theta=theta, z=z, z_mode=mode), info
         atz = state.atz if state.atz is not None else self.theta_conditional.split_rhs(state.z)
         theta = self.theta_conditional.sample_from_rhs(atz, rng, theta=state.theta, alpha=self.alpha)
-        z, mode, acc, log_w, atz = self.z_pass(theta, state.z, state.z_mode, rng, self.log_weights)
+        z, mode, acc, log_w, atz = self.z_pass(theta, state.z, state.z_mode, rng, weights)
         info = SGSInfo(z_proposals=0.0, z_accept=acc, log_weight=log_w)
         return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w, atz=atz), info
 

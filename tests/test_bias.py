@@ -146,3 +146,32 @@ def test_half_quadrature_rule_is_used_only_where_it_is_accurate():
             if np.any(~near) and np.max(np.abs(half - ref)[~near]) > 1e-8:
                 worse_elsewhere = True
     assert worse_elsewhere  # the criterion does separate rows where fewer nodes would be wrong
+
+
+def test_thinned_weights_same_draws_and_same_correction():
+    # log_weights=3: the weights do not consume random numbers, so the draws are those of
+    # log_weights=True; the weights are recorded at every 3rd draw after tuning, and
+    # psis_summary of the thinned run equals that of the full run restricted to those draws
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(150, 2))
+    y = rng.binomial(1, 1 / (1 + np.exp(-X @ np.array([1.0, -1.0]))))
+    runs = {}
+    for lw in (True, 3):
+        with pm.Model():
+            b = pm.Normal("b", 0.0, 2.0, shape=2)
+            pm.Bernoulli("y", logit_p=X @ b, observed=y)
+            runs[lw] = pm.sample(step=pymc_sgs.SplitGibbs(log_weights=lw), draws=300, tune=300,
+                                 chains=2, cores=1, random_seed=5, progressbar=False,
+                                 compute_convergence_checks=False)
+    full, thin = runs[True], runs[3]
+    np.testing.assert_array_equal(full.posterior["b"].values, thin.posterior["b"].values)
+    lw_full = full.sample_stats["log_weight"].values
+    lw_thin = thin.sample_stats["log_weight"].values
+    kept = np.arange(300) % 3 == 0
+    assert np.all(np.isfinite(lw_thin[:, kept])) and np.all(np.isnan(lw_thin[:, ~kept]))
+    np.testing.assert_array_equal(lw_thin[:, kept], lw_full[:, kept])
+    s_thin = pymc_sgs.psis_summary(thin, warn=False)
+    s_sub = pymc_sgs.psis_summary(full.isel(draw=np.flatnonzero(kept)), warn=False)
+    np.testing.assert_allclose(s_thin[["mean", "sd"]].values, s_sub[["mean", "sd"]].values,
+                               rtol=1e-12)
+    assert s_thin.attrs["khat"] == s_sub.attrs["khat"]

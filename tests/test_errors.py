@@ -477,3 +477,16 @@ def test_cg_with_a_flat_prior_is_a_clear_error(data):
         pm.Bernoulli("y", logit_p=X @ b, observed=y)
         with pytest.raises(SingularPrecisionError, match=r"theta_solver='cg' needs a proper Gaussian prior"):
             SplitGibbs(rho=0.2, theta_solver="cg")
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, "3"], ids=["zero", "negative", "float", "str"])
+def test_bad_log_weights(data, value):
+    X, y, _ = data
+    with pytest.raises(ValueError, match=r"log_weights must be True, False or a positive integer"):
+        logistic(X, y, rho=0.2, log_weights=value)
+
+
+def test_thinned_weights_with_exact_mode(data):
+    X, y, _ = data
+    with pytest.raises(ValueError, match=r"exact=True needs the importance weight of every draw"):
+        logistic(X, y, rho=0.2, exact=True, log_weights=4)
