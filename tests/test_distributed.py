@@ -94,6 +94,27 @@ def test_dask_draws_equal_in_process_shards(client, settings, chains):
         assert np.any(np.all(np.diff(b, axis=0) == 0, axis=1))
 
 
+@pytest.mark.slow  # compiles NUTS for sigma
+def test_gaussian_term_and_free_sigma_stay_on_the_client(client):
+    """A Normal likelihood (kept unsplit, sigma by NUTS) next to a sharded Bernoulli term."""
+    X, y = _data()
+    rng = np.random.default_rng(5)
+    Xg = rng.normal(size=(40, P))
+    yg = Xg @ np.array([1.0, -0.5, 0.25]) + rng.normal(size=40)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 2, shape=P)
+        a = pm.Normal("a", 0, 2)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.Bernoulli("y", logit_p=a + X @ b, observed=y)
+        pm.Normal("yg", mu=Xg @ b, sigma=sigma, observed=yg)
+    runs = []
+    for backend in (LocalBackend(n_shards=2), pymc_sgs.DaskBackend(client, n_shards=2)):
+        step = pymc_sgs.SplitGibbs([b, a], model=model, rho=0.3, backend=backend)
+        runs.append(_sample(model, [step], draws=30, tune=30))
+    _same_draws(*runs)
+    np.testing.assert_array_equal(runs[0].posterior["sigma"].values, runs[1].posterior["sigma"].values)
+
+
 def test_dask_same_seed_same_draws(client):
     model = _model(*_data())
     step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(client))
