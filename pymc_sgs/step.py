@@ -12,8 +12,9 @@ from pymc.step_methods.compound import BlockedStep, Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator
 
+from .backends import Backend, LocalBackend
 from .detect import detect_split_problem
-from .kernel import SGSState, SplitGibbsKernel, validate_alpha, validate_rho, validate_theta_solver
+from .kernel import SGSState, validate_alpha, validate_rho, validate_theta_solver
 from .rho import RhoTuner, validate_bias_tol
 
 #: starting value of rho="auto" (in linear-predictor units)
@@ -102,6 +103,11 @@ class SplitGibbs(BlockedStep):
     dtype : {"float64", "float32"}
         Storage of the design for the compiled pass over the data;
         ``"float32"`` halves the bytes read per sweep (arithmetic stays float64).
+    backend : Backend, optional
+        Where the kernel runs: :class:`~pymc_sgs.backends.LocalBackend`
+        (default, this process) or :class:`~pymc_sgs.backends.DaskBackend`
+        (the z-block on row shards held by Dask workers; docs: "Distributed
+        sampling").
 
     Notes
     -----
@@ -156,8 +162,21 @@ class SplitGibbs(BlockedStep):
         theta_solver: str = "auto",
         dtype: str = "float64",
         blocked: bool = True,
+        backend=None,
     ):
         # parameters are checked before the model is read, so mistakes surface at once
+        if backend is None:
+            backend = LocalBackend()
+        if not isinstance(backend, Backend):
+            raise ValueError(
+                "backend must be a pymc_sgs back end such as pymc_sgs.LocalBackend() or "
+                f"pymc_sgs.DaskBackend(client); received {type(backend).__name__}."
+            )
+        if not backend.per_row_rho and np.ndim(rho) != 0:
+            raise ValueError(
+                f"rho must be 'auto' or a scalar with {backend.describe()} (the rows live on "
+                f"the shards); received an array of shape {np.shape(rho)}."
+            )
         self.auto_rho = isinstance(rho, str) and rho == "auto"
         if not self.auto_rho:
             if isinstance(rho, str) or rho is None:
@@ -192,8 +211,9 @@ class SplitGibbs(BlockedStep):
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
-        self.kernel = SplitGibbsKernel(
-            self.detected.problem, start_rho, alpha, log_weights=bool(log_weights),
+        self.backend = backend
+        self.kernel = backend.build_kernel(
+            self.detected.problem, start_rho, alpha, bool(log_weights),
             theta_solver=theta_solver, dtype=dtype,
         )
         self.exact = bool(exact)
@@ -219,7 +239,7 @@ class SplitGibbs(BlockedStep):
         rho_s = f"{float(rho):.4g}" if rho.ndim == 0 else f"per-row [{rho.min():.3g}, {rho.max():.3g}]"
         return (
             f"SplitGibbs(vars={self.detected.value_var_names}, d={p.d}, n_split={p.n_split}, "
-            f"split=[{fams}], gaussian=[{gauss}], rho={rho_s})"
+            f"split=[{fams}], gaussian=[{gauss}], rho={rho_s}, backend={self.backend.describe()})"
         )
 
     # ------------------------------------------------------------------ mapping

@@ -1,0 +1,179 @@
+"""Cost of a split Gibbs sweep on Dask vs the single-machine kernel.
+
+Logistic regression with d coefficients (X_ij ~ N(0, 1/d), fixed data seed).
+For each n it times, in wall-clock milliseconds per sweep (fastest of 5 blocks of
+sweeps, after a warm-up that also compiles numba on the workers):
+
+- ``single``: :class:`pymc_sgs.kernel.SplitGibbsKernel` in this process;
+- ``dask, W workers``: :class:`pymc_sgs.backends.DaskBackend` on a
+  ``LocalCluster(n_workers=W, processes=True, threads_per_worker=1)`` with one
+  shard per worker (the data are given as a row-chunked dask array).
+
+The per-sweep overhead is ``dask, 1 worker`` minus ``single`` (the same
+arithmetic, plus the round trips); strong scaling is ``dask, 1 worker`` over
+``dask, 2 workers``. A tiny problem (n = 1000) isolates the fixed latency.
+
+Usage::
+
+    python benchmarks/distributed.py --quick      # n in {1e3, 2e4}, < 1 min
+    python benchmarks/distributed.py              # n in {1e3, 1e5, 1e6}
+    python benchmarks/distributed.py --n 1000 100000 --sweeps 200
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+# this file's name shadows the `distributed` package: drop its folder from the path
+_here = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
+sys.path.insert(0, str(_here.parent))
+
+from pymc_sgs.backends import DaskBackend  # noqa: E402
+from pymc_sgs.families import FAMILIES  # noqa: E402
+from pymc_sgs.kernel import SplitGibbsKernel  # noqa: E402
+from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm  # noqa: E402
+
+RHO, ALPHA = 0.3, -0.98
+
+
+def make_problem(n: int, d: int, seed: int = 0) -> SplitProblem:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) / np.sqrt(d)
+    beta = rng.normal(size=d)
+    y = rng.binomial(1, 1 / (1 + np.exp(-X @ beta))).astype(float)
+    return SplitProblem(
+        params=(ParamSlice("beta", (d,), 0, d),),
+        prior_mean=np.zeros(d),
+        prior_precision=np.eye(d) / 25.0,
+        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
+    )
+
+
+def time_sweeps(kernel, sweeps: int, blocks: int, seed: int = 1) -> float:
+    """Fastest block's wall ms per sweep (``blocks`` blocks of ``sweeps // blocks`` sweeps).
+
+    The minimum, not the mean: on a shared machine other jobs only ever add time.
+    """
+    rng = np.random.default_rng(seed)
+    state = kernel.init(np.zeros(kernel.problem.d), rng)
+    for _ in range(max(5, sweeps // 10)):  # warm-up (numba, caches)
+        state, _ = kernel.sweep(state, rng)
+    per_block = max(1, sweeps // blocks)
+    out = []
+    for _ in range(blocks):
+        t0 = time.perf_counter()
+        for _ in range(per_block):
+            state, _ = kernel.sweep(state, rng)
+        out.append((time.perf_counter() - t0) / per_block * 1e3)
+    return float(np.min(out))
+
+
+def dask_kernel(client, problem, n_workers):
+    import dask.array as da
+
+    term = problem.split_terms[0]
+    n = term.n
+    chunk = -(-n // n_workers)
+    backend = DaskBackend(
+        client, X=da.from_array(term.A, chunks=(chunk, -1)), y=da.from_array(term.y, chunks=chunk)
+    )
+    return backend.build_kernel(problem, RHO, ALPHA, True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="n in {1e3, 2e4}, few sweeps")
+    ap.add_argument("--n", type=int, nargs="+", help="numbers of rows (default 1e3 1e5 1e6)")
+    ap.add_argument("--d", type=int, default=10)
+    ap.add_argument("--sweeps", type=int, default=None, help="timed sweeps per configuration")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--output", default=None, help="markdown file (default: print only)")
+    args = ap.parse_args(argv)
+    ns = args.n or ([1000, 20000] if args.quick else [1000, 100_000, 1_000_000])
+    from distributed import Client, LocalCluster
+
+    load_before = os.getloadavg()
+    rows = []
+    problems = {n: make_problem(n, args.d) for n in ns}
+    single = {}
+    for n, problem in problems.items():
+        sweeps = args.sweeps or (40 if args.quick else max(20, min(400, 2e7 // n)))
+        kernel = SplitGibbsKernel(problem, RHO, ALPHA, log_weights=True)
+        single[n] = (time_sweeps(kernel, int(sweeps), 5), int(sweeps))
+        print(f"n={n}: single {single[n][0]:.2f} ms/sweep", flush=True)
+    dask_times = {}
+    for w in args.workers:
+        with LocalCluster(n_workers=w, processes=True, threads_per_worker=1,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            for n, problem in problems.items():
+                kernel = dask_kernel(client, problem, w)
+                dask_times[(n, w)] = time_sweeps(kernel, single[n][1], 5)
+                print(f"n={n}: dask {w} worker(s) {dask_times[(n, w)]:.2f} ms/sweep", flush=True)
+                del kernel
+    load_after = os.getloadavg()
+    for n in ns:
+        row = {"n": n, "single": single[n][0], "sweeps": single[n][1]}
+        for w in args.workers:
+            row[f"dask{w}"] = dask_times[(n, w)]
+        rows.append(row)
+    text = report(rows, args, load_before, load_after)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text)
+
+
+def report(rows, args, load_before, load_after) -> str:
+    ws = args.workers
+    head = ["n", "single (ms)"] + [f"dask {w}w (ms)" for w in ws]
+    head += ["overhead 1w - single (ms)"] if 1 in ws else []
+    head += ["speed-up 1w -> 2w"] if {1, 2} <= set(ws) else []
+    lines = [
+        "# Distributed split Gibbs: per-sweep cost on Dask vs the single-machine kernel",
+        "",
+        f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by "
+        f"`python benchmarks/distributed.py {' '.join(sys.argv[1:])}`.",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other jobs; load "
+        f"average (1, 5, 15 min) {tuple(round(x, 2) for x in load_before)} before and "
+        f"{tuple(round(x, 2) for x in load_after)} after the run. Python "
+        f"{platform.python_version()}. Logistic regression, d = {args.d}, rho = {RHO}, "
+        f"alpha = {ALPHA}, importance weights on (the default sweep). Wall-clock milliseconds "
+        "per sweep, fastest of 5 blocks (other jobs on the machine only add time). Dask: LocalCluster, processes, 1 thread per worker, "
+        "one shard per worker; the client (theta-step) runs in this process.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in rows:
+        cells = [f"{r['n']:,}", f"{r['single']:.2f}"] + [f"{r[f'dask{w}']:.2f}" for w in ws]
+        if 1 in ws:
+            cells.append(f"{r['dask1'] - r['single']:+.2f}")
+        if {1, 2} <= set(ws):
+            cells.append(f"{r['dask1'] / r['dask2']:.2f}x")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Reading: the overhead column is the price of the round trips (theta out, "
+        f"{args.d}-vector and two scalars back per shard, plus the actor-call latency of "
+        "Dask, about a millisecond per call on one machine); it does not grow with n. The "
+        "speed-up needs 2 free cores: on a machine shared with other jobs it understates "
+        "what 2 dedicated workers give.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

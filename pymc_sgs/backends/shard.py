@@ -1,0 +1,182 @@
+"""One data shard of a split problem and the z-block state that lives with it.
+
+The z-block of the split model is independent across rows and the theta-step
+only needs ``sum_i a_i (z_i - o_i) / rho^2`` (a d-vector), so a shard of rows
+can keep its ``z`` where its data are and report d-vectors and scalars
+(Vono, Paulin & Doucet 2022, Section 2; the same structure as global-consensus
+Monte Carlo, Rendell et al. 2021). :class:`ShardWorker` runs the single-machine
+:class:`~pymc_sgs.kernel.SplitGibbsKernel` on its rows, unchanged; it is used
+in-process by :class:`~pymc_sgs.backends.LocalBackend` and as a Dask actor by
+:class:`~pymc_sgs.backends.DaskBackend`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernel import SplitGibbsKernel
+from ..problem import ParamSlice, SplitProblem, SplitTerm
+from ..weights import N_NODES
+
+__all__ = ["ShardWorker", "split_rows", "shard_problem_from_arrays"]
+
+
+def split_rows(problem: SplitProblem, n_shards: int) -> list:
+    """Cut every split term of ``problem`` into ``n_shards`` row blocks.
+
+    Shard ``k`` holds block ``k`` of every term (as contiguous as
+    :func:`numpy.array_split` makes them), so the layout depends only on the
+    row counts and ``n_shards``. Gaussian terms and the prior stay with the
+    caller: they enter the theta-step, which is not distributed.
+    """
+    shards = [[] for _ in range(n_shards)]
+    for term in problem.split_terms:
+        bounds = np.linspace(0, term.n, n_shards + 1).round().astype(int)
+        for k in range(n_shards):
+            sl = slice(bounds[k], bounds[k + 1])
+            trials = None if term.trials is None else np.broadcast_to(term.trials, (term.n,))[sl]
+            shards[k].append(
+                SplitTerm(
+                    name=term.name, family=term.family, A=np.ascontiguousarray(term.A[sl]),
+                    offset=np.ascontiguousarray(np.broadcast_to(term.offset, (term.n,))[sl]),
+                    y=np.ascontiguousarray(term.y[sl]),
+                    trials=None if trials is None else np.ascontiguousarray(trials),
+                )
+            )
+    return [_rows_only_problem(terms, problem.d) for terms in shards]
+
+
+def shard_problem_from_arrays(name, family, d, X, y, offset=None, trials=None) -> SplitProblem:
+    """A shard built from raw arrays (one chunk of user-supplied data), with checks.
+
+    Raises ``ValueError`` when the chunk has the wrong number of columns,
+    non-finite values, or responses outside the family's support.
+    """
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y, dtype=float).ravel()
+    if X.ndim != 2 or X.shape[1] != d:
+        raise ValueError(
+            f"X must have d={d} columns (the coefficients of the split term, in the order "
+            f"of the step's detected.problem.params); received a chunk of shape {X.shape}."
+        )
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"y must have one value per row of X; received a chunk with {y.shape[0]} values "
+            f"for {X.shape[0]} rows."
+        )
+    if not np.all(np.isfinite(X)):
+        raise ValueError("X must be finite; a chunk contains NaN/inf values.")
+    n = X.shape[0]
+    off = np.zeros(n) if offset is None else np.broadcast_to(np.asarray(offset, float).ravel(), (n,))
+    if not np.all(np.isfinite(off)):
+        raise ValueError("offset must be finite; a chunk contains NaN/inf values.")
+    tr = None if trials is None else np.broadcast_to(np.asarray(trials, float).ravel(), (n,))
+    family.validate(y, tr, "y")
+    term = SplitTerm(
+        name=name, family=family, A=np.ascontiguousarray(X), offset=np.ascontiguousarray(off),
+        y=np.ascontiguousarray(y), trials=None if tr is None else np.ascontiguousarray(tr),
+    )
+    return _rows_only_problem([term], d)
+
+
+def _rows_only_problem(terms, d) -> SplitProblem:
+    # The shard kernel only runs its z-block methods; its theta-conditional is never
+    # sampled, so a unit prior merely keeps that (unused) factorisation well defined
+    # when a shard has fewer rows than coefficients.
+    return SplitProblem(
+        params=(ParamSlice("theta", (d,), 0, d),),
+        prior_mean=np.zeros(d),
+        prior_precision=np.eye(d),
+        split_terms=tuple(terms),
+    )
+
+
+class ShardWorker:
+    """The z-block of one shard: its rows, its ``z``, its Generator.
+
+    Every method takes the current ``theta`` (and ``rho``) and returns only
+    d-vectors and scalars; ``z`` and the warm-start modes stay here between
+    calls. The arithmetic is that of :class:`~pymc_sgs.kernel.SplitGibbsKernel`
+    on the shard's rows.
+
+    Parameters
+    ----------
+    problem : SplitProblem
+        The shard's split terms (see :func:`split_rows`).
+    alpha, n_nodes, engine
+        As for :class:`~pymc_sgs.kernel.SplitGibbsKernel`.
+    """
+
+    def __init__(self, problem: SplitProblem, alpha: float, n_nodes: int = N_NODES,
+                 engine: str = "auto"):
+        self.kernel = SplitGibbsKernel(problem, 1.0, alpha, n_nodes=n_nodes, engine=engine)
+        self.n = problem.n_split
+        self.rng = None
+        self.z = self.z_mode = None
+        self._saved = None
+
+    def summary(self):
+        """``(n_rows, A^T A)``: the shard's share of the theta-step precision."""
+        A = self.kernel.A
+        return self.n, A.T @ A
+
+    def _set_rho(self, rho):
+        if float(self.kernel.rho) != rho:
+            self.kernel.set_rho(rho)
+
+    def start(self, seed_seq, theta, rho):
+        """New chain: own Generator from ``seed_seq``, z drawn exactly from ``z | theta``.
+
+        Returns the shard's ``A^T ((z - o) / rho^2)``.
+        """
+        self.rng = np.random.default_rng(seed_seq)
+        self._set_rho(rho)
+        state = self.kernel.init(theta, self.rng)
+        self.z, self.z_mode, self._saved = state.z, state.z_mode, None
+        return state.atz
+
+    def split_rhs(self, rho):
+        """``A^T ((z - o) / rho^2)`` of the current z (after rho changed)."""
+        self._set_rho(rho)
+        return self.kernel.theta_conditional.split_rhs(self.z)
+
+    def sample_z(self, theta, rho, checkpoint=False):
+        """Exact draw of the shard's z given ``theta``: ``(A^T z / rho^2, proposals)``."""
+        self._set_rho(rho)
+        self._checkpoint(checkpoint)
+        self.z, self.z_mode, n_prop = self.kernel.sample_z(theta, self.z_mode, self.rng)
+        return self.kernel.theta_conditional.split_rhs(self.z), float(n_prop)
+
+    def z_pass(self, theta, rho, weights, checkpoint=False):
+        """Over-relaxed z-move at ``theta`` (and its weight): ``(atz, accept_sum, log_w)``.
+
+        ``accept_sum`` is the shard's mean acceptance times its row count, so
+        the sums over shards divided by ``n`` give the kernel's mean.
+        """
+        self._set_rho(rho)
+        self._checkpoint(checkpoint)
+        self.z, self.z_mode, acc, log_w, atz = self.kernel.z_pass(
+            theta, self.z, self.z_mode, self.rng, weights
+        )
+        return atz, acc * self.n, log_w
+
+    def log_weight(self, theta, rho, keep_modes):
+        """The shard's part of ``log pi(theta) - log pi_rho(theta)``.
+
+        With ``keep_modes`` the modes of ``z | theta`` found on the way become
+        the warm start of the next z-update (as in the single-machine sweep).
+        """
+        self._set_rho(rho)
+        log_w, mode = self.kernel.log_weight(theta, self.z_mode)
+        if keep_modes:
+            self.z_mode = mode
+        return log_w
+
+    def _checkpoint(self, checkpoint):
+        if checkpoint:
+            self._saved = (self.z, self.z_mode)
+
+    def restore(self):
+        """Back to the z saved by the last ``checkpoint=True`` call (rejected MH proposal)."""
+        self.z, self.z_mode = self._saved
+        return True

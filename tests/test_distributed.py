@@ -1,0 +1,277 @@
+"""SplitGibbs with the z-block on row shards: in-process shards and Dask actors.
+
+The Dask runs must give exactly the draws of the in-process sharded kernel
+(same code per shard, same Generator layout), which in turn must sample the
+same distribution as the single-machine kernel (checked against it, scaled by
+Monte Carlo standard errors, with a negative control that silently drops one
+shard's data).
+"""
+
+import os
+import signal
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_sgs
+from pymc_sgs.backends import LocalBackend, ShardedKernel, ShardLostError
+from pymc_sgs.backends.local import InProcessShards
+from pymc_sgs.backends.shard import ShardWorker, split_rows
+
+distributed = pytest.importorskip("distributed")
+# short tuning runs: the rho="auto" certificate warning is expected here
+pytestmark = pytest.mark.filterwarnings("ignore::pymc_sgs.SamplerFeedbackWarning")
+da = pytest.importorskip("dask.array")
+
+N, P = 300, 3
+
+
+def _data(n=N, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, P))
+    y = rng.binomial(1, 1 / (1 + np.exp(-(X @ np.array([1.0, -0.5, 0.25]) + 0.3))))
+    return X, y
+
+
+def _model(X, y):
+    with pm.Model() as model:
+        X_data = pm.Data("X", X)
+        b = pm.Normal("b", 0, 2, shape=P)
+        a = pm.Normal("a", 0, 2)
+        pm.Bernoulli("y", logit_p=a + X_data @ b, observed=y, shape=X_data.shape[0])
+    return model
+
+
+def _sample(model, step, draws=150, tune=150, chains=1, seed=1, **kw):
+    with model:
+        return pm.sample(
+            draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
+            progressbar=False, compute_convergence_checks=False, **kw,
+        )
+
+
+def _same_draws(a, b):
+    for name in ("b", "a"):
+        np.testing.assert_array_equal(a.posterior[name].values, b.posterior[name].values)
+    for stat in ("log_weight", "z_accept", "rho", "exact_accept"):
+        np.testing.assert_array_equal(a.sample_stats[stat].values, b.sample_stats[stat].values)
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+    )
+    cl = distributed.Client(cluster)
+    yield cl
+    cl.close()
+    cluster.close()
+
+
+# ----------------------------------------------------------------- same draws
+@pytest.mark.parametrize(
+    "settings, chains",
+    [
+        (dict(), 2),  # rho="auto", over-relaxed, weights: the default
+        (dict(rho=0.3, alpha=-0.9, exact=True, exact_sweeps=3), 1),
+        (dict(rho=0.3, alpha=0.0, draws=40, tune=20), 1),  # exact z-draws by rejection
+    ],
+    ids=["auto-rho", "exact", "alpha0"],
+)
+def test_dask_draws_equal_in_process_shards(client, settings, chains):
+    model = _model(*_data())
+    settings = dict(settings)
+    length = dict(draws=settings.pop("draws", 100), tune=settings.pop("tune", 100), chains=chains)
+    local = _sample(model, pymc_sgs.SplitGibbs(model=model, backend=LocalBackend(n_shards=3), **settings), **length)
+    step = pymc_sgs.SplitGibbs(model=model, backend=pymc_sgs.DaskBackend(client, n_shards=3), **settings)
+    dask = _sample(model, step, **length)
+    _same_draws(local, dask)
+    if settings.get("exact"):
+        # some proposals were rejected, so the shards' restore path was exercised
+        b = dask.posterior["b"].values[0]
+        assert np.any(np.all(np.diff(b, axis=0) == 0, axis=1))
+
+
+@pytest.mark.slow  # compiles NUTS for sigma
+def test_gaussian_term_and_free_sigma_stay_on_the_client(client):
+    """A Normal likelihood (kept unsplit, sigma by NUTS) next to a sharded Bernoulli term."""
+    X, y = _data()
+    rng = np.random.default_rng(5)
+    Xg = rng.normal(size=(40, P))
+    yg = Xg @ np.array([1.0, -0.5, 0.25]) + rng.normal(size=40)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 2, shape=P)
+        a = pm.Normal("a", 0, 2)
+        sigma = pm.HalfNormal("sigma", 2)
+        pm.Bernoulli("y", logit_p=a + X @ b, observed=y)
+        pm.Normal("yg", mu=Xg @ b, sigma=sigma, observed=yg)
+    runs = []
+    for backend in (LocalBackend(n_shards=2), pymc_sgs.DaskBackend(client, n_shards=2)):
+        step = pymc_sgs.SplitGibbs([b, a], model=model, rho=0.3, backend=backend)
+        runs.append(_sample(model, [step], draws=30, tune=30))
+    _same_draws(*runs)
+    np.testing.assert_array_equal(runs[0].posterior["sigma"].values, runs[1].posterior["sigma"].values)
+
+
+def test_dask_same_seed_same_draws(client):
+    model = _model(*_data())
+    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(client))
+    first = _sample(model, step, draws=40, tune=20)
+    again = _sample(model, step, draws=40, tune=20)
+    _same_draws(first, again)
+    other = _sample(model, step, draws=40, tune=20, seed=2)
+    assert not np.array_equal(first.posterior["b"].values, other.posterior["b"].values)
+
+
+def _shard_bounds(n, k):
+    b = np.linspace(0, n, k + 1).round().astype(int)
+    return tuple(np.diff(b))
+
+
+def test_full_data_as_dask_array_on_a_model_of_the_head(client):
+    """The model is defined on a head of the data; the backend gets all rows, chunked."""
+    X, y = _data()
+    full_model = _model(X, y)
+    local = _sample(full_model, pymc_sgs.SplitGibbs(model=full_model, backend=LocalBackend(n_shards=3)), draws=60, tune=60)
+    head_model = _model(X[:20], y[:20])
+    chunks = _shard_bounds(N, 3)
+    A = np.column_stack([X, np.ones(N)])  # coefficient layout: b (3), then a
+    backend = pymc_sgs.DaskBackend(
+        client, X=da.from_array(A, chunks=(chunks, 2)), y=da.from_array(y.astype(float), chunks=chunks)
+    )
+    step = pymc_sgs.SplitGibbs(model=head_model, backend=backend)
+    assert step.kernel.n == N
+    _same_draws(local, _sample(head_model, step, draws=60, tune=60))
+
+
+def test_full_data_from_parquet_files(client, tmp_path):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    pytest.importorskip("pyarrow")
+    X, y = _data()
+    frame = pd.DataFrame(X, columns=["x0", "x1", "x2"]).assign(one=1.0, y=y.astype(float))
+    cut = _shard_bounds(N, 2)[0]
+    frame.iloc[:cut].to_parquet(tmp_path / "part0.parquet")
+    frame.iloc[cut:].to_parquet(tmp_path / "part1.parquet")
+    ddf = dd.read_parquet(str(tmp_path / "*.parquet"))
+    # one conversion for all columns keeps X and y chunked alike
+    arr = ddf[["x0", "x1", "x2", "one", "y"]].to_dask_array(lengths=True)
+    assert arr.chunks[0] == (cut, N - cut)
+    backend = pymc_sgs.DaskBackend(client, X=arr[:, :4], y=arr[:, 4])
+    head_model = _model(X[:10], y[:10])
+    step = pymc_sgs.SplitGibbs(model=head_model, rho=0.3, backend=backend)
+    full_model = _model(X, y)
+    local = pymc_sgs.SplitGibbs(model=full_model, rho=0.3, backend=LocalBackend(n_shards=2))
+    _same_draws(_sample(full_model, local, draws=80, tune=20), _sample(head_model, step, draws=80, tune=20))
+
+
+# ---------------------------------------------------------- same distribution
+def _posterior_mean_check(idata_a, idata_b):
+    """max over coefficients of |mean_a - mean_b| / sqrt(mcse_a^2 + mcse_b^2)."""
+    z = []
+    for name in ("b", "a"):
+        ma, mb = (i.posterior[name].mean(("chain", "draw")).values for i in (idata_a, idata_b))
+        sa = az.mcse(idata_a, var_names=[name])[name].values
+        sb = az.mcse(idata_b, var_names=[name])[name].values
+        z.append(np.atleast_1d(np.abs(ma - mb) / np.sqrt(sa**2 + sb**2 + 1e-6)))
+    return float(np.max(np.concatenate(z)))
+
+
+class _DropLastShard(InProcessShards):
+    """Negative control: a transport that silently loses the last shard's data."""
+
+    def call(self, name, args_per_shard):
+        out = super().call(name, args_per_shard)
+        if name in ("start", "split_rhs", "sample_z", "z_pass"):
+            last = out[-1]
+            out[-1] = np.zeros_like(last) if name in ("start", "split_rhs") else (
+                (np.zeros_like(last[0]),) + tuple(last[1:])
+            )
+        return out
+
+
+class _BrokenBackend(LocalBackend):
+    def build_kernel(self, problem, rho, alpha, log_weights, **options):
+        workers = [ShardWorker(p, alpha) for p in split_rows(problem, self.n_shards)]
+        return ShardedKernel(problem, _DropLastShard(workers), rho, alpha, log_weights)
+
+
+def test_sharded_kernel_samples_the_single_machine_distribution():
+    model = _model(*_data())
+    kw = dict(draws=1000, tune=200, chains=2, seed=3)
+    single = _sample(model, pymc_sgs.SplitGibbs(model=model, rho=0.3), **kw)
+    sharded = _sample(model, pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=LocalBackend(n_shards=3)), **kw)
+    assert _posterior_mean_check(single, sharded) < 4.0
+    broken = _sample(model, pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=_BrokenBackend(n_shards=3)), **kw)
+    assert _posterior_mean_check(single, broken) > 4.0
+
+
+# ------------------------------------------------------------------ bad input
+def test_backend_argument_is_validated():
+    model = _model(*_data())
+    with pytest.raises(ValueError, match="backend must be a pymc_sgs back end.*received str"):
+        pymc_sgs.SplitGibbs(model=model, backend="dask")
+    with pytest.raises(ValueError, match="n_shards must be"):
+        LocalBackend(n_shards=0)
+    with pytest.raises(ValueError, match="n_shards must be at most"):
+        pymc_sgs.SplitGibbs(model=model, backend=LocalBackend(n_shards=N + 1))
+
+
+def test_dask_backend_input_errors(client):
+    X, y = _data()
+    model = _model(X[:20], y[:20])
+    A = np.column_stack([X, np.ones(N)])
+    with pytest.raises(ValueError, match="client must be a distributed.Client"):
+        pymc_sgs.DaskBackend("tcp://127.0.0.1:8786")
+    with pytest.raises(ValueError, match="X and y must be given together"):
+        pymc_sgs.DaskBackend(client, X=da.from_array(A))
+    with pytest.raises(ValueError, match="rho must be 'auto' or a scalar"):
+        pymc_sgs.SplitGibbs(model=model, rho=np.full(20, 0.3), backend=pymc_sgs.DaskBackend(client))
+    with pytest.raises(ValueError, match="X must have d=4 columns.*received a chunk of shape"):
+        pymc_sgs.SplitGibbs(model=model, backend=pymc_sgs.DaskBackend(client, X=da.from_array(X), y=da.from_array(y)))
+    bad_y = y.astype(float).copy()
+    bad_y[7] = 2.0
+    with pytest.raises(ValueError, match="y"):
+        pymc_sgs.SplitGibbs(model=model, backend=pymc_sgs.DaskBackend(client, X=da.from_array(A), y=da.from_array(bad_y)))
+    bad_A = A.copy()
+    bad_A[3, 1] = np.nan
+    with pytest.raises(ValueError, match="X must be finite"):
+        pymc_sgs.SplitGibbs(model=model, backend=pymc_sgs.DaskBackend(client, X=da.from_array(bad_A), y=da.from_array(y)))
+    with pytest.raises(ValueError, match="y must have one value per row of X"):
+        pymc_sgs.DaskBackend(client, X=da.from_array(A), y=da.from_array(y[:-1]))
+    dd = pytest.importorskip("dask.dataframe")
+    pd = pytest.importorskip("pandas")
+    ddf = dd.from_pandas(pd.DataFrame(A), npartitions=2)
+    with pytest.raises(ValueError, match="lengths=True"):
+        pymc_sgs.DaskBackend(client, X=ddf.to_dask_array(), y=da.from_array(y))
+
+
+def test_dask_step_is_not_sent_to_other_processes(client):
+    model = _model(*_data())
+    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(client))
+    cloudpickle = pytest.importorskip("cloudpickle")  # what pm.sample(cores>1) uses
+    with pytest.raises(TypeError, match="cores=1"):
+        cloudpickle.dumps(step)
+    cloudpickle.dumps(pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=LocalBackend(n_shards=2)))
+
+
+# ------------------------------------------------------------------ worker loss
+def test_killed_worker_raises_a_clear_error(client):
+    """Kept last in this file: it kills one of the module cluster's workers (the nanny
+    restarts it, empty)."""
+    model = _model(*_data())
+    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(client))
+    pids = client.run(os.getpid)
+    victim = pids[step.kernel.transport.workers[0]]
+    seen = []
+
+    def kill_at_draw_20(trace, draw):
+        seen.append(draw.draw_idx)
+        if draw.draw_idx == 20:
+            os.kill(victim, signal.SIGKILL)
+
+    with pytest.raises(ShardLostError, match=r"shard 0 .*worker probably died"):
+        _sample(model, step, draws=200, tune=0, callback=kill_at_draw_20)
+    assert 20 in seen and max(seen) < 199  # stopped right after the loss, not at the end
