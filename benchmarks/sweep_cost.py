@@ -29,6 +29,16 @@ import numpy as np
 RESULTS = Path(__file__).parent / "results"
 
 
+def _git_commit():
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
+    except Exception:  # not a git checkout
+        return "unknown"
+
+
 def _peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -46,10 +56,12 @@ def _measure(n, d, repeats, queue):
     data_mb = X.nbytes / 2**20
     v = np.ones(d)
     X.T @ (X @ v)
-    t = time.perf_counter()
+    # CPU time of this process: the machine may be shared, and wall time would charge us
+    # for other jobs (one BLAS thread, so CPU time = compute time)
+    t = time.process_time()
     for _ in range(repeats):
         X.T @ (X @ v)
-    t_blas = (time.perf_counter() - t) / repeats
+    t_blas = (time.process_time() - t) / repeats
 
     prob = SplitProblem(
         params=(ParamSlice("b", (d,), 0, d),),
@@ -58,16 +70,19 @@ def _measure(n, d, repeats, queue):
         split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
     )
     row = {"n": n, "d": d, "blas_ms": 1e3 * t_blas, "data_mb": data_mb}
-    for weights in (False, True):
-        k = SplitGibbsKernel(prob, rho=0.2, alpha=-0.99, log_weights=weights, engine="numba")
+    for weights, dtype in ((False, "float64"), (True, "float64"), (False, "float32")):
+        k = SplitGibbsKernel(prob, rho=0.2, alpha=-0.99, log_weights=weights, engine="numba",
+                             dtype=dtype)
         r = np.random.default_rng(1)
         state = k.init(np.zeros(d), r)
         for _ in range(3):  # compile, warm the modes
             state, _ = k.sweep(state, r)
-        t = time.perf_counter()
+        t = time.process_time()
         for _ in range(repeats):
             state, _ = k.sweep(state, r)
-        row[f"sweep_ms_w{int(weights)}"] = 1e3 * (time.perf_counter() - t) / repeats
+        key = f"sweep_ms_w{int(weights)}" + ("_f32" if dtype == "float32" else "")
+        row[key] = 1e3 * (time.process_time() - t) / repeats
+        del k
     row["peak_extra_mb"] = _peak_mb() - base
     queue.put(row)
 
@@ -91,23 +106,26 @@ def main(argv=None):
         rows.append(q.get())
         proc.join()
     lines = [
-        "| n | d | X (MB) | X.T@(X@v) ms | sweep ms (no weights) | ratio | sweep ms (with weights) | ratio | extra peak RSS (MB) | ÷ X size |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| n | d | X (MB) | X.T@(X@v) ms | sweep ms (no weights) | ratio | sweep ms (with weights) | ratio | float32, no weights: ms | ratio | extra peak RSS (MB) | ÷ X size |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['n']:.0e} | {r['d']} | {r['data_mb']:.0f} | {r['blas_ms']:.2f} | {r['sweep_ms_w0']:.2f} | "
             f"{r['sweep_ms_w0'] / r['blas_ms']:.1f} | {r['sweep_ms_w1']:.2f} | {r['sweep_ms_w1'] / r['blas_ms']:.1f} | "
+            f"{r['sweep_ms_w0_f32']:.2f} | {r['sweep_ms_w0_f32'] / r['blas_ms']:.1f} | "
             f"{r['peak_extra_mb']:.0f} | {r['peak_extra_mb'] / r['data_mb']:.2f} |"
         )
     header = [
         "# Sweep cost vs one X.T @ (X @ v)",
         "",
         f"- command: `python benchmarks/sweep_cost.py{' --quick' if args.quick else ''}`",
-        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}, "
+        f"git {_git_commit()}",
         f"- machine: {platform.machine()}, nproc = {os.cpu_count()}, 1 BLAS thread; load average {os.getloadavg()}",
-        "- kernel: bernoulli-logit, rho = 0.2, alpha = -0.99, numba engine; 'extra peak RSS' is the",
-        "  resident-memory growth after X was built (kernel construction and sweeps), in MB.",
+        "- kernel: bernoulli-logit, rho = 0.2, alpha = -0.99, numba engine; times are CPU time of the",
+        "  process (the machine may be shared); 'extra peak RSS' is the resident-memory growth after X",
+        "  was built (kernel construction and sweeps, float32 copy included), in MB.",
         "",
     ]
     text = "\n".join(header + lines) + "\n"
