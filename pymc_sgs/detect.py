@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover
 from pytensor.scalar.basic import Cast as ScalarCast
 from pytensor.scalar.basic import Exp
 from pytensor.scalar.math import Erf, Erfc, Sigmoid
-from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from scipy.special import expit, ndtr
 from pytensor.tensor.random.basic import (
     BernoulliRV,
@@ -178,7 +178,8 @@ def _observed_data(value):
 
 
 def _dist_name(rv):
-    return type(rv.owner.op).__name__.replace("RV", "")
+    name = type(rv.owner.op).__name__.replace("RV", "")
+    return {"NegBinomial": "NegativeBinomial"}.get(name, name)
 
 
 #: how to write each supported link in a PyMC model (used in error messages)
@@ -246,21 +247,32 @@ def _classify_observed(rv, model):
     else:
         return None
     free = set(model.free_RVs)
-    nuis_free = _nuisance_free(nuisance.values(), model)
-    if not (free - nuis_free).intersection(ancestors([param], blockers=free)):
+    param_deps = free.intersection(ancestors([param], blockers=free))
+    if not param_deps:
         return None  # a fixed likelihood: nothing to sample
-
-    def not_nuisance(var):
-        return not set(_free_rvs_in([var.owner.inputs[0]], model)) <= nuis_free
+    # inverse-link nodes that reach the parameter only through a nuisance parameter
+    # (e.g. NegativeBinomial alpha = exp(log_alpha)) are not the link of the mean
+    roots = set(nuisance.values())
+    for g in list(roots):
+        while g.owner is not None and isinstance(g.owner.op, DimShuffle):
+            g = g.owner.inputs[0]
+            roots.add(g)
+    reach = set(ancestors([param], blockers=list(roots) + list(model.free_RVs)))
+    nuis_free = _nuisance_free(nuisance.values(), model)
+    dist = _dist_name(rv)
 
     found, link = [], links[0]
     for link in links:
-        found = [v for v in _find_inverse_link(param, _LINK_OPS[link][0], free) if not_nuisance(v)]
+        found = [
+            v for v in _find_inverse_link(param, _LINK_OPS[link][0], free)
+            if v in reach and v not in roots
+        ]
         if found:
             break
+    if not found and param_deps <= nuis_free:
+        return None  # only the nuisance parameters are free (e.g. a fixed mean): not a GLM term
     inv_names = " or ".join(_LINK_OPS[lk][1] for lk in links)
     how = " or ".join(_HOW[lk] for lk in links)
-    dist = _dist_name(rv)
     if not found:
         raise UnsupportedModelError(
             f"observed variable {name!r}: its {dist} parameter {pname} is not a "
@@ -308,6 +320,11 @@ def _gaussian_prior(rv, model, size):
             f"coefficient {name!r} has a transformed ({_dist_name(rv)}) prior. SplitGibbs needs "
             "Normal, MvNormal or Flat priors on the variables of the linear predictor; use one "
             "of those, or sample this model with NUTS."
+            + (
+                " (Bambi: its group-specific terms are non-centred by default, "
+                "u = sigma * offset; build the model with bmb.Model(..., noncentered=False).)"
+                if "|" in (name or "") else ""
+            )
         )
     params = rv.owner.inputs[2:]
     hyper = _free_rvs_in(params, model)
@@ -801,7 +818,13 @@ def _check_nuisance(model, terms, theta_set, nuisance_rvs, vars):
                 raise UnsupportedModelError(
                     f"the {key} of the {_dist_name(t.rv)} likelihood of {t.rv.name!r} depends "
                     f"on the coefficient(s) {deps} of the linear predictor; SplitGibbs needs "
-                    f"{key} to be data or a separate free variable. Sample this model with NUTS."
+                    f"{key} to be data or a separate free variable."
+                    + (
+                        " (pm.Gamma(mu=..., sigma=...) has shape mu^2 / sigma^2: write "
+                        "pm.Gamma('y', alpha=k, beta=k / pm.math.exp(eta)) with k data or a "
+                        "separate variable.)" if t.family == "gamma" else ""
+                    )
+                    + " Otherwise sample this model with NUTS."
                 )
     if not nuisance_rvs:
         return

@@ -452,3 +452,90 @@ def test_empty_data_gives_the_prior():
     # iid N(0, 1) draws: mean within 4.5 / sqrt(2000), sd within 4.5 * sqrt(1 / (2 * 2000))
     assert np.all(np.abs(draws.mean(0)) < 4.5 / np.sqrt(2000))
     assert np.all(np.abs(draws.std(0) - 1) < 4.5 * np.sqrt(1 / 4000))
+
+
+# ------------------------------------------------ nuisance parameters of split likelihoods
+def test_gamma_shape_from_mu_sigma(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Gamma("y", mu=pm.math.exp(X @ b), sigma=1.0, observed=np.ones(N))
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"shape of the Gamma likelihood of 'y' depends on the coefficient\(s\) \['beta'\]"
+            r".*alpha=k, beta=k / pm.math.exp\(eta\)",
+        ):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_depends_on_coefficients(data):
+    X, _, counts = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=pm.math.exp(b[0]), observed=counts)
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"alpha of the NegativeBinomial likelihood of 'c' depends on the coefficient",
+        ):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_per_observation(data):
+    X, _, counts = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=np.arange(1.0, N + 1), observed=counts)
+        with pytest.raises(UnsupportedModelError, match=r"alpha of .*'c' differs between observations"):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_non_scalar_free_variable(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        s = pm.HalfNormal("s", 1.0, shape=N)
+        pm.StudentT("w", nu=3, mu=X @ b, sigma=s, observed=np.zeros(N))
+        with pytest.raises(UnsupportedModelError, match=r"sigma of .*'w' depends on the non-scalar free variable 's'"):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_used_elsewhere(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        s = pm.HalfNormal("s", 1.0)
+        pm.StudentT("w", nu=3, mu=X @ b, sigma=s, observed=np.zeros(N))
+        pm.Normal("v", 0.0, s, observed=np.ones(4))
+        with pytest.raises(UnsupportedModelError, match=r"variable 'v' depends on \['s'\], which parametrise"):
+            SplitGibbs(rho=0.2)
+
+
+def test_vars_leave_out_a_nuisance_parameter(data):
+    X, _, counts = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        alpha = pm.HalfNormal("alpha", 5.0)
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=alpha, observed=counts)
+        with pytest.raises(UnsupportedModelError, match=r"\['alpha'\] parametrise.*not among the variables"):
+            SplitGibbs([b], rho=0.2)
+        step = SplitGibbs([b, alpha], rho=0.2)
+        assert [v.name for v in step.vars] == ["beta", "alpha_log__"]
+
+
+def test_gamma_data_must_be_positive(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Gamma("y", alpha=2.0, beta=2.0 / pm.math.exp(X @ b), observed=np.r_[np.ones(N - 1), 0.0])
+        with pytest.raises(ValueError, match=r"'y' must be positive for a Gamma likelihood; received 0"):
+            SplitGibbs(rho=0.2)
+
+
+def test_negative_binomial_counts(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        obs = pm.Data("obs", np.r_[np.ones(N - 1), 1.5])
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=2.0, observed=obs)
+        with pytest.raises(ValueError, match=r"'c' \(NegativeBinomial counts\) must be whole numbers"):
+            SplitGibbs(rho=0.2)
