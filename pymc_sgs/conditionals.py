@@ -65,6 +65,9 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
     ``|g'(z)| * rho < tol``; the exact sampler does not need more (its
     envelope is valid at any point, see :func:`sample_z_exact`).
 
+    For a non-convex ``U`` with a bounded gradient (Student-t), the bracket is
+    ``centre -/+ rho^2 sup|U'|`` instead, and the result is a local minimum of ``g``.
+
     Parameters
     ----------
     family : Family
@@ -74,12 +77,20 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
         Warm start (e.g. the previous sweep's mode).
     """
     inv_r2 = 1.0 / rho**2
-    with np.errstate(over="ignore"):
-        g0 = family.grad(centre, y, trials)
-    # the far end of the bracket can overflow (Poisson far above its mode): keep it finite
-    other = np.clip(centre - rho**2 * g0, -1e300, 1e300)
-    lo = np.minimum(centre, other)
-    hi = np.maximum(centre, other)
+    if family.log_concave:
+        with np.errstate(over="ignore"):
+            g0 = family.grad(centre, y, trials)
+        # the far end of the bracket can overflow (Poisson far above its mode): keep it finite
+        other = np.clip(centre - rho**2 * g0, -1e300, 1e300)
+        lo = np.minimum(centre, other)
+        hi = np.maximum(centre, other)
+    else:
+        # |U'| <= B puts every root of g' in centre -/+ rho^2 B, with g' <= 0 at the lower end
+        # and >= 0 at the upper one; bisection keeps that sign change, so it converges to a
+        # local minimum of g even when g is not convex
+        half = rho**2 * family.grad_bound(y, trials) * (1.0 + 1e-9) + 1e-300
+        lo = centre - half
+        hi = centre + half
     z = np.clip(centre if z_init is None else z_init, lo, hi).astype(float, copy=True)
     args = (family, y, trials, centre, rho, inv_r2, tol)
     z, lo, hi, prev, done = _safeguarded_newton(*args, z, lo, hi, hi - lo, max_iter)

@@ -105,6 +105,10 @@ class Family:
         """Second derivative of the potential in ``z`` (non-negative if convex)."""
         raise NotImplementedError
 
+    def grad_bound(self, y, trials=None):
+        """``sup_z |U'(z)|`` (finite for the non-convex families, which need it for their mode search)."""
+        raise NotImplementedError(f"{self!r} has no bound on its gradient.")
+
     def log_likelihood(self, z, y, trials=None):
         """Full log-likelihood ``log p(y | z)``, normalising constants included."""
         raise NotImplementedError
@@ -544,6 +548,10 @@ class StudentTIdentity(Family):
         r2 = (z - y) ** 2
         q = self._q()
         return (self.params["nu"] + 1.0) * (q - r2) / (q + r2) ** 2
+
+    def grad_bound(self, y, trials=None):
+        # |U'| = (nu + 1) |r| / (nu sigma^2 + r^2), largest at |r| = sqrt(nu) sigma
+        return (self.params["nu"] + 1.0) / (2.0 * self.params["sigma"] * np.sqrt(self.params["nu"]))
 
     def log_likelihood(self, z, y, trials=None):
         nu, sigma = self.params["nu"], self.params["sigma"]

@@ -379,3 +379,19 @@ def test_end_to_end_negative_control(data):
     out, _ = compare_to_nuts(build("probit", data), ["a", "b"], rho=1.5, draws=2000)
     with pytest.raises(AssertionError):
         assert_close(out)
+
+
+def test_studentt_mode_search_finds_local_minimum_in_few_iterations():
+    # random inputs including bimodal z-conditionals (large rho, residual beyond sqrt(nu) sigma)
+    fam = StudentTIdentity(nu=2.0, sigma=0.3)
+    rng = np.random.default_rng(9)
+    n = 5000
+    y = 5 * rng.standard_normal(n)
+    c = rng.uniform(-20, 20, n)
+    rho = np.exp(rng.uniform(np.log(1e-2), np.log(10.0), n))
+    z = find_z_mode(fam, y, None, c, rho, max_iter=100)
+    gp = fam.grad(z, y) + (z - c) / rho**2
+    assert np.all(np.abs(gp) * rho < 1e-6)
+    assert np.all(fam.hess(z, y) + 1 / rho**2 > 0)  # a minimum, not a maximum, of g
+    bound = np.max(np.abs(fam.grad(np.linspace(-50, 50, 100001), 0.0)))
+    np.testing.assert_allclose(fam.grad_bound(0.0), bound, rtol=1e-6)
