@@ -54,7 +54,8 @@ class SplitGibbs(BlockedStep):
     ----------
     vars : list, optional
         Coefficient variables to own. Default: every free variable of the
-        linear predictor(s).
+        linear predictor(s), plus the free nuisance parameters of split
+        likelihoods (which must be included when ``vars`` is given).
     rho : "auto", float or array
         Coupling between ``z`` and the linear predictor (same units as the
         linear predictor); scalar or one value per observation. The chain
@@ -101,6 +102,17 @@ class SplitGibbs(BlockedStep):
     ``Pi_rho(theta, z, sigma)`` (sigma's conditional does not involve z), so
     the compound chain leaves it invariant and the theta-marginal is the same
     ``pi_rho`` as with sigma fixed; with no split terms it is exactly ``pi``.
+    Nuisance parameters of split likelihoods (NegativeBinomial ``alpha``, Gamma
+    shape, StudentT ``nu`` and ``sigma``) are different: their conditional
+    ``p(phi) prod_i p(y_i | z_i, phi)`` involves ``z``, so SplitGibbs owns them
+    and, before each sweep, updates each free one by slice sampling that
+    conditional in the variable's transformed space
+    (:func:`pymc_sgs.nuisance.slice_sample`); in exact mode the conditional is
+    tilted by the importance weight ``w(theta, phi)``. Giving such a variable
+    to another step method raises ``ValueError`` at SplitGibbs's next step.
+    StudentT potentials are not convex: their ``z_i`` move by
+    Metropolis–Hastings (:func:`pymc_sgs.conditionals.mh_z_move`) even when
+    ``alpha=0``, and ``z_accept`` reports the acceptance.
     Hierarchical Normal priors (random effects ``u ~ Normal(0, tau)`` with
     ``tau`` free) work the same way: NUTS updates ``tau`` given ``u``, and
     SplitGibbs refactors the precision of ``theta | z`` when ``tau`` changed.

@@ -1,6 +1,8 @@
 """Bad input fails at ``SplitGibbs(...)`` construction, with a message that names
 the variable (or parameter) and says why, before any sampling starts."""
 
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -538,4 +540,35 @@ def test_negative_binomial_counts(data):
         obs = pm.Data("obs", np.r_[np.ones(N - 1), 1.5])
         pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=2.0, observed=obs)
         with pytest.raises(ValueError, match=r"'c' \(NegativeBinomial counts\) must be whole numbers"):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_given_to_another_step(data):
+    # PyMC lets two steps update one variable, so this one surfaces at SplitGibbs's next step
+    X, _, counts = data
+    with pm.Model() as model:
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        alpha = pm.HalfNormal("alpha", 5.0)
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=alpha, observed=counts)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="'alpha_log__' was changed by another step method"):
+            pm.sample(step=[SplitGibbs(rho=0.2), pm.Slice([model["alpha"]])], draws=5, tune=5,
+                      chains=1, cores=1, random_seed=1, progressbar=False,
+                      compute_convergence_checks=False)
+
+
+def test_bambi_noncentered_group_term():
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame({"x": rng.normal(size=40), "g": rng.choice(["a", "b", "c"], 40)})
+    df["y"] = (rng.random(40) < 0.5).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = bmb.Model("y ~ x + (1|g)", df, family="bernoulli")
+        m.build()
+    with m.backend.model:
+        with pytest.raises(UnsupportedModelError, match=r"'1\|g_sigma'.*noncentered=False"):
             SplitGibbs(rho=0.2)

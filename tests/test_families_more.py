@@ -318,16 +318,6 @@ def test_nuisance_slice_update_keeps_conditional_invariant(data):
     assert stats.kstest(out, lambda x: np.interp(x, grid, wrong)).pvalue < 1e-3
 
 
-def test_nuisance_given_to_another_step_is_an_error(data):
-    model = build("nb", data)
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with pytest.raises(ValueError, match="'alpha_log__' was changed by another step method"):
-            pm.sample(step=[pymc_sgs.SplitGibbs(rho=0.2), pm.Slice([model["alpha"]])],
-                      draws=5, tune=5, chains=1, cores=1, random_seed=1, progressbar=False,
-                      compute_convergence_checks=False)
-
-
 # ----------------------------------------------------------------- end-to-end against NUTS
 def compare_to_nuts(model, var_names, rho, draws, seed=1, nuts_draws=1000):
     with model, warnings.catch_warnings():
@@ -371,6 +361,25 @@ def test_family_matches_nuts(kind, data):
     if kind == "studentt":
         acc = idata.sample_stats["z_accept"].values
         assert np.all((acc > 0.5) & (acc <= 1.0))
+
+
+@pytest.mark.slow
+def test_exact_mode_with_free_alpha_matches_nuts(data):
+    # exact=True: the alpha update targets the tilted conditional p(alpha) prod p(y | z, alpha)
+    # w(theta, alpha), so even a large rho gives the exact posterior
+    model = build("nb", data)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sgs = pm.sample(step=pymc_sgs.SplitGibbs(rho=0.5, exact=True), draws=2000, tune=300,
+                        chains=2, cores=1, random_seed=3, progressbar=False,
+                        compute_convergence_checks=False)
+        ref = pm.sample(draws=1000, tune=500, chains=2, cores=1, random_seed=4,
+                        progressbar=False, compute_convergence_checks=False)
+    for v in ["a", "b", "alpha"]:
+        diff = np.abs(sgs.posterior[v].mean(("chain", "draw")) - ref.posterior[v].mean(("chain", "draw"))).values.ravel()
+        mcse = np.hypot(az.mcse(sgs, var_names=[v])[v].values, az.mcse(ref, var_names=[v])[v].values).ravel()
+        sd = ref.posterior[v].std(("chain", "draw")).values.ravel()
+        assert np.all(diff < 4 * mcse + 0.1 * sd), (v, diff, mcse, sd)
 
 
 @pytest.mark.slow
