@@ -31,6 +31,7 @@ __all__ = [
     "ZDraw",
     "ZMove",
     "overrelaxed_z_move",
+    "mh_z_move",
     "find_z_mode",
     "sample_z_exact",
     "GaussianThetaConditional",
@@ -65,6 +66,9 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
     ``|g'(z)| * rho < tol``; the exact sampler does not need more (its
     envelope is valid at any point, see :func:`sample_z_exact`).
 
+    For a non-convex ``U`` with a bounded gradient (Student-t), the bracket is
+    ``centre -/+ rho^2 sup|U'|`` instead, and the result is a local minimum of ``g``.
+
     Parameters
     ----------
     family : Family
@@ -74,12 +78,20 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
         Warm start (e.g. the previous sweep's mode).
     """
     inv_r2 = 1.0 / rho**2
-    with np.errstate(over="ignore"):
-        g0 = family.grad(centre, y, trials)
-    # the far end of the bracket can overflow (Poisson far above its mode): keep it finite
-    other = np.clip(centre - rho**2 * g0, -1e300, 1e300)
-    lo = np.minimum(centre, other)
-    hi = np.maximum(centre, other)
+    if family.log_concave:
+        with np.errstate(over="ignore"):
+            g0 = family.grad(centre, y, trials)
+        # the far end of the bracket can overflow (Poisson far above its mode): keep it finite
+        other = np.clip(centre - rho**2 * g0, -1e300, 1e300)
+        lo = np.minimum(centre, other)
+        hi = np.maximum(centre, other)
+    else:
+        # |U'| <= B puts every root of g' in centre -/+ rho^2 B, with g' <= 0 at the lower end
+        # and >= 0 at the upper one; bisection keeps that sign change, so it converges to a
+        # local minimum of g even when g is not convex
+        half = rho**2 * family.grad_bound(y, trials) * (1.0 + 1e-9) + 1e-300
+        lo = centre - half
+        hi = centre + half
     z = np.clip(centre if z_init is None else z_init, lo, hi).astype(float, copy=True)
     args = (family, y, trials, centre, rho, inv_r2, tol)
     # the first Newton step only has to stay inside the bracket: from a warm start it
@@ -244,6 +256,68 @@ def overrelaxed_z_move(
         return family.bregman(v, m, y, trials) + gm * dv - 0.5 * curv * dv**2
 
     log_ratio = remainder(z) - remainder(prop)
+    accept_prob = np.exp(np.minimum(log_ratio, 0.0))
+    accept = rng.random(n) < accept_prob
+    return ZMove(z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept_prob)) if n else 1.0)
+
+
+def mh_z_move(
+    family: Family, y, trials, centre, rho, z, alpha: float, rng: np.random.Generator
+) -> ZMove:
+    """Metropolis–Hastings update of every ``z_i`` for any potential (convex or not).
+
+    The proposal is Adler's over-relaxed move around a Gaussian ``N(m, s^2)``,
+    ``z' = m + alpha (z - m) + sqrt(1 - alpha^2) s eps`` (``alpha = 0``: an
+    independence proposal), reversible for ``N(m, s^2)``; it is accepted with
+    probability ``min(1, exp(g(z) - g(z') - q(z) + q(z')))``, where
+    ``g(z) = U(z) + (z - c)^2 / (2 rho^2)`` and ``q(z) = (z - m)^2 / (2 s^2)``.
+    ``m`` is the result of the safeguarded Newton search of :func:`find_z_mode`
+    started at ``c`` (for a non-convex ``U`` it may be a local mode or a point
+    of its bracket) and ``s^2 = 1 / (max(U''(m), 0) + 1 / rho^2)``. Both are
+    functions of ``c`` alone, never of the current ``z`` or of earlier sweeps,
+    so the move is reversible for ``z_i | theta`` whatever their quality; the
+    quality only sets the acceptance rate, which is returned.
+
+    Parameters
+    ----------
+    family : Family
+    y, trials, centre, rho : ndarray
+        As for :func:`sample_z_exact`.
+    z : ndarray
+        Current values.
+    alpha : float
+        In ``(-1, 1)``.
+    rng : numpy.random.Generator
+
+    References
+    ----------
+    .. [1] L. Tierney (1994). Markov chains for exploring posterior distributions.
+       Annals of Statistics 22(4), 1701–1728 (independence and general MH kernels).
+    """
+    centre = np.asarray(centre, dtype=float)
+    n = centre.shape[0]
+    y = np.broadcast_to(y, (n,))
+    trials = None if trials is None else np.broadcast_to(trials, (n,))
+    rho = np.broadcast_to(np.asarray(rho, dtype=float), (n,))
+    inv_r2 = 1.0 / rho**2
+    m = find_z_mode(family, y, trials, centre, rho, None)
+    with np.errstate(over="ignore", invalid="ignore"):
+        curv = np.nan_to_num(np.maximum(family.hess(m, y, trials), 0.0), posinf=1e300)
+    prec = curv + inv_r2
+    s = 1.0 / np.sqrt(prec)
+    z = np.asarray(z, dtype=float)
+    prop = m + alpha * (z - m) + np.sqrt(1.0 - alpha**2) * s * rng.standard_normal(n)
+
+    def log_ratio_part(v):
+        # g(v) - q(v)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return (
+                family.potential(v, y, trials) + 0.5 * (v - centre) ** 2 * inv_r2
+                - 0.5 * (v - m) ** 2 * prec
+            )
+
+    log_ratio = log_ratio_part(z) - log_ratio_part(prop)
+    log_ratio = np.where(np.isnan(log_ratio), -np.inf, log_ratio)
     accept_prob = np.exp(np.minimum(log_ratio, 0.0))
     accept = rng.random(n) < accept_prob
     return ZMove(z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept_prob)) if n else 1.0)

@@ -24,15 +24,19 @@ except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors
 from pytensor.scalar.basic import Cast as ScalarCast
 from pytensor.scalar.basic import Exp
-from pytensor.scalar.math import Sigmoid
-from pytensor.tensor.elemwise import Elemwise
-from scipy.special import expit
+from pytensor.scalar.math import Erf, Erfc, Sigmoid
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from scipy.special import expit, ndtr
 from pytensor.tensor.random.basic import (
     BernoulliRV,
     BinomialRV,
+    ExponentialRV,
+    GammaRV,
     MvNormalRV,
+    NegBinomialRV,
     NormalRV,
     PoissonRV,
+    StudentTRV,
 )
 
 import pymc as pm
@@ -44,8 +48,10 @@ from .problem import GaussianTerm, ParamSlice, SplitProblem, SplitTerm
 __all__ = ["DetectedModel", "UnsupportedModelError", "detect_split_problem"]
 
 SUPPORTED = (
-    "Bernoulli and Binomial with logit link (logit_p=eta or p=pm.math.invlogit(eta)), "
-    "Poisson with log link (mu=pm.math.exp(eta)), Normal with identity link (mu=eta)"
+    "Bernoulli and Binomial with logit or probit link (logit_p=eta, p=pm.math.invlogit(eta) "
+    "or p=pm.math.invprobit(eta)), Poisson, NegativeBinomial (mu, alpha), Gamma (alpha, "
+    "beta=alpha/mu) and Exponential with log link (mu=pm.math.exp(eta)), Normal and StudentT "
+    "with identity link (mu=eta)"
 )
 
 
@@ -71,12 +77,31 @@ class DetectedModel:
         with a hierarchical Normal prior: the function gives the prior sd from
         the hyperparameters' values (updated by another step method). The
         problem's ``prior_precision`` holds a placeholder for those blocks.
+    nuisance_sources : list
+        ``(split term index, parameter name, function, input_names)`` for every
+        nuisance parameter of a split family (NegativeBinomial alpha, Gamma
+        shape, StudentT nu and sigma) that is a function of free variables.
+    nuisance_vars : list
+        ``(value variable name, prior_logp)`` of those free variables, which
+        SplitGibbs owns and updates given ``z``; ``prior_logp(point)`` is the
+        log density of the variable's prior in its transformed (value) space,
+        Jacobian included.
     """
 
     problem: SplitProblem
     value_var_names: list
     sigma_sources: list = field(default_factory=list)
     prior_sources: list = field(default_factory=list)
+    nuisance_sources: list = field(default_factory=list)
+    nuisance_vars: list = field(default_factory=list)
+
+    def nuisance_values(self, point) -> dict:
+        """``{split term index: {parameter: value}}`` of the free nuisance parameters at ``point``."""
+        out = {}
+        for index, key, fn, names in self.nuisance_sources:
+            val = np.asarray(fn(*[point[nm] for nm in names]), dtype=float).ravel()
+            out.setdefault(index, {})[key] = float(val[0])
+        return out
 
     def prior_precision(self, point) -> np.ndarray:
         """Prior precision of theta at the hyperparameter values in ``point``."""
@@ -153,15 +178,18 @@ def _observed_data(value):
 
 
 def _dist_name(rv):
-    return type(rv.owner.op).__name__.replace("RV", "")
+    name = type(rv.owner.op).__name__.replace("RV", "")
+    return {"NegBinomial": "NegativeBinomial"}.get(name, name)
 
 
-_LINKS = {
-    # family: (distribution parameter index, scalar op of the inverse link, parameter name, link)
-    "bernoulli": (0, Sigmoid, "p", "logit"),
-    "binomial": (1, Sigmoid, "p", "logit"),
-    "poisson": (0, Exp, "mu", "log"),
+#: how to write each supported link in a PyMC model (used in error messages)
+_HOW = {
+    "logit": "logit_p=eta or p=pm.math.invlogit(eta)",
+    "probit": "p=pm.math.invprobit(eta)",
+    "log": "mu=pm.math.exp(eta)",
 }
+#: link -> (scalar ops of its inverse, name used in messages)
+_LINK_OPS = {"logit": ((Sigmoid,), "invlogit"), "probit": ((Erf, Erfc), "invprobit"), "log": ((Exp,), "exp")}
 
 
 @dataclass
@@ -173,7 +201,15 @@ class _ObservedTerm:
     y: np.ndarray
     trials: object = None  # graph (binomial n) or None
     sigma: object = None  # graph (normal sigma) or None
-    param: object = None  # graph of the distribution parameter (split terms)
+    param: object = None  # graph compared with inverse_link(eta) (split terms), or None
+    link: str = "identity"
+    pname: str = ""  # name of the parameter in messages
+    #: nuisance parameter name -> graph (NegativeBinomial alpha, Gamma shape, StudentT nu, sigma)
+    nuisance: dict = field(default_factory=dict)
+
+
+def _nuisance_free(graphs, model):
+    return set(_free_rvs_in(list(graphs), model)) if graphs else set()
 
 
 def _classify_observed(rv, model):
@@ -181,40 +217,84 @@ def _classify_observed(rv, model):
     op = rv.owner.op
     params = rv.owner.inputs[2:]
     name = rv.name
+    nuisance = {}
+    links = ("log",)
     if isinstance(op, BernoulliRV):
-        fam, trials = "bernoulli", None
+        fam, trials, param, pname, links = "bernoulli", None, params[0], "p", ("logit", "probit")
     elif isinstance(op, BinomialRV):
-        fam, trials = "binomial", params[0]
+        fam, trials, param, pname, links = "binomial", params[0], params[1], "p", ("logit", "probit")
     elif isinstance(op, PoissonRV):
-        fam, trials = "poisson", None
+        fam, trials, param, pname = "poisson", None, params[0], "mu"
+    elif isinstance(op, NegBinomialRV):
+        # PyMC stores NegativeBinomial(mu, alpha) as (n, p) = (alpha, alpha / (mu + alpha))
+        n, p = params
+        fam, trials, param, pname = "negativebinomial", None, n * (1.0 - p) / p, "mu"
+        nuisance = {"alpha": n}
+    elif isinstance(op, GammaRV):
+        # PyTensor's Gamma is (shape, scale); the mean is shape * scale
+        shape, scale = params
+        fam, trials, param, pname = "gamma", None, shape * scale, "mean (alpha / beta)"
+        nuisance = {"shape": shape}
+    elif isinstance(op, ExponentialRV):
+        fam, trials, param, pname = "exponential", None, params[0], "mean (1 / lam)"
+    elif isinstance(op, StudentTRV):
+        nu, mu, sigma = params
+        term = _ObservedTerm(rv, "split", "studentt", mu, None, param=None, link="identity",
+                             pname="mu", nuisance={"nu": nu, "sigma": sigma})
+        return term if _free_rvs_in([mu], model) else None
     elif isinstance(op, NormalRV):
         return _ObservedTerm(rv, "gaussian", "normal", params[0], None, sigma=params[1])
     else:
         return None
-    index, link_op, pname, link = _LINKS[fam]
-    param = params[index]
     free = set(model.free_RVs)
-    if not free.intersection(ancestors([param], blockers=free)):
+    param_deps = free.intersection(ancestors([param], blockers=free))
+    if not param_deps:
         return None  # a fixed likelihood: nothing to sample
-    found = _find_inverse_link(param, link_op, free)
-    how = (
-        "logit_p=eta or p=pm.math.invlogit(eta)" if link == "logit" else "mu=pm.math.exp(eta)"
-    )
+    # inverse-link nodes that reach the parameter only through a nuisance parameter
+    # (e.g. NegativeBinomial alpha = exp(log_alpha)) are not the link of the mean
+    roots = set(nuisance.values())
+    for g in list(roots):
+        while g.owner is not None and isinstance(g.owner.op, DimShuffle):
+            g = g.owner.inputs[0]
+            roots.add(g)
+    reach = set(ancestors([param], blockers=list(roots) + list(model.free_RVs)))
+    nuis_free = _nuisance_free(nuisance.values(), model)
+    dist = _dist_name(rv)
+
+    found, link = [], links[0]
+    for link in links:
+        found = [
+            v for v in _find_inverse_link(param, _LINK_OPS[link][0], free)
+            if v in reach and v not in roots
+        ]
+        if found:
+            break
+    if not found and param_deps <= nuis_free:
+        return None  # only the nuisance parameters are free (e.g. a fixed mean): not a GLM term
+    inv_names = " or ".join(_LINK_OPS[lk][1] for lk in links)
+    how = " or ".join(_HOW[lk] for lk in links)
     if not found:
         raise UnsupportedModelError(
-            f"observed variable {name!r}: its {_dist_name(rv)} parameter {pname} is not a "
-            f"{link}-link function of a linear predictor (no {'invlogit' if link == 'logit' else 'exp'} "
-            f"of the coefficients found in its graph). Write {how}. Supported: {SUPPORTED}."
+            f"observed variable {name!r}: its {dist} parameter {pname} is not a "
+            f"{'/'.join(links)}-link function of a linear predictor (no {inv_names} of the "
+            f"coefficients found in its graph). Write {how}. Supported: {SUPPORTED}."
         )
     if len(found) > 1:
         raise UnsupportedModelError(
-            f"observed variable {name!r}: its {_dist_name(rv)} parameter {pname} combines "
-            f"{len(found)} separate {'invlogit' if link == 'logit' else 'exp'} terms of the "
+            f"observed variable {name!r}: its {dist} parameter {pname} combines "
+            f"{len(found)} separate {_LINK_OPS[link][1]} terms of the "
             f"coefficients (e.g. a mixture), so it is not one GLM with a {link} link. Write "
-            f"{how} with a single linear predictor eta. Supported: {SUPPORTED}."
+            f"{_HOW[link]} with a single linear predictor eta. Supported: {SUPPORTED}."
         )
     eta = found[0].owner.inputs[0]
-    return _ObservedTerm(rv, "split", fam, eta, None, trials=trials, param=param)
+    if link == "probit":
+        # 0.5 * erfc(-x / sqrt 2) (pm.math.invprobit) or 0.5 + 0.5 * erf(x / sqrt 2) (Bambi):
+        # eta = -sqrt(2) * (erfc's input) or sqrt(2) * (erf's input), checked numerically later
+        sign = 1.0 if isinstance(found[0].owner.op.scalar_op, Erf) else -1.0
+        eta = (sign * np.sqrt(2.0)) * eta
+        fam = f"{fam}_probit"
+    return _ObservedTerm(rv, "split", fam, eta, None, trials=trials, param=param, link=link,
+                         pname=pname, nuisance=nuisance)
 
 
 def _free_rvs_in(graphs, model):
@@ -240,6 +320,11 @@ def _gaussian_prior(rv, model, size):
             f"coefficient {name!r} has a transformed ({_dist_name(rv)}) prior. SplitGibbs needs "
             "Normal, MvNormal or Flat priors on the variables of the linear predictor; use one "
             "of those, or sample this model with NUTS."
+            + (
+                " (Bambi: its group-specific terms are non-centred by default, "
+                "u = sigma * offset; build the model with bmb.Model(..., noncentered=False).)"
+                if "|" in (name or "") else ""
+            )
         )
     params = rv.owner.inputs[2:]
     hyper = _free_rvs_in(params, model)
@@ -342,7 +427,7 @@ def _nonfinite_data(graph, model):
     return out
 
 
-def _affine_map(terms, theta_rvs, model, rng):
+def _affine_map(terms, theta_rvs, model, rng, nuisance_rvs=()):
     """Read off ``(A, offset)`` of each linear predictor, verifying affinity numerically.
 
     The predictors are evaluated at ``theta = 0`` and at the unit vectors, which
@@ -350,13 +435,22 @@ def _affine_map(terms, theta_rvs, model, rng):
     ``offset + A @ theta``. For split terms, the distribution parameter must
     equal the inverse link of ``eta`` at every one of these points (up to
     clipping at machine precision); for the log link a constant positive factor
-    (``mu = exposure * exp(eta)``) is allowed and goes into the offset.
+    (``mu = exposure * exp(eta)``) is allowed and goes into the offset, and
+    ``exp(-eta)`` in place of ``exp(eta)`` (e.g. a rate ``lam = exp(-eta)``)
+    flips the sign of ``A`` and the offset. Nuisance parameters in the
+    distribution parameter's graph (NegativeBinomial alpha) are held at the
+    model's initial point.
     """
     value_vars = [model.rvs_to_values[rv] for rv in theta_rvs]
-    split = [t for t in terms if t.kind == "split"]
+    split = [t for t in terms if t.kind == "split" and t.param is not None]
     graphs = model.replace_rvs_by_values([t.eta for t in terms] + [t.param for t in split])
     # the split terms' parameters follow the predictors in the outputs
-    fn = pytensor.function(value_vars, graphs, on_unused_input="ignore")
+    init = model.initial_point()
+    givens = {
+        model.rvs_to_values[r]: pt.constant(init[model.rvs_to_values[r].name])
+        for r in nuisance_rvs
+    }
+    fn = pytensor.function(value_vars, graphs, givens=givens, on_unused_input="ignore")
     shapes = [_shape_of(rv) for rv in theta_rvs]
     sizes = [int(np.prod(s)) for s in shapes]
     d = sum(sizes)
@@ -374,8 +468,12 @@ def _affine_map(terms, theta_rvs, model, rng):
         return [np.broadcast_to(o, s).ravel().astype(float) for o, s in zip(outs, out_shapes)]
 
     k = len(terms)
-    param_index = {i: k + j for j, i in enumerate(i for i, t in enumerate(terms) if t.kind == "split")}
-    link_ok = {i: True for i in param_index}
+    param_index = {
+        i: k + j
+        for j, i in enumerate(i for i, t in enumerate(terms) if t.kind == "split" and t.param is not None)
+    }
+    # log links: one verdict per sign of eta (exp(eta) or exp(-eta))
+    link_ok = {i: ({1.0: True, -1.0: True} if terms[i].link == "log" else True) for i in param_index}
     log_ref = {}
 
     def check_link(vals):
@@ -383,19 +481,27 @@ def _affine_map(terms, theta_rvs, model, rng):
         for i, m in param_index.items():
             eta, par = vals[i], vals[m]
             seen = np.isfinite(eta)  # non-finite rows are reported separately
+            link = terms[i].link
             with np.errstate(all="ignore"):
-                if _LINKS[terms[i].family][3] == "logit":
-                    good = np.abs(par - expit(eta)) <= 1e-9
-                else:
-                    # log link: log(mu) - eta must be the same at every point
-                    log_ratio = np.log(par) - eta
-                    if i not in log_ref:
-                        log_ref[i] = log_ratio
-                    ref = log_ref[i]
-                    seen &= np.isfinite(ref) & (np.abs(eta) < 600)
-                    good = np.abs(log_ratio - ref) <= 1e-9 * (1.0 + np.abs(eta) + np.abs(ref))
-            if not np.all(good[seen]):
-                link_ok[i] = False
+                if link in ("logit", "probit"):
+                    inv = expit(eta) if link == "logit" else ndtr(eta)
+                    if not np.all((np.abs(par - inv) <= 1e-9)[seen]):
+                        link_ok[i] = False
+                    continue
+                # log link: log(mu) - sign * eta must be the same at every point; the
+                # tolerance allows for mu recovered from NegativeBinomial's p = a / (mu + a)
+                for sign in (1.0, -1.0):
+                    log_ratio = np.log(par) - sign * eta
+                    if (i, sign) not in log_ref:
+                        log_ref[i, sign] = log_ratio
+                    ref = log_ref[i, sign]
+                    ok_rows = seen & np.isfinite(ref) & np.isfinite(log_ratio) & (np.abs(eta) < 600)
+                    tol = 1e-9 * (1.0 + np.abs(eta) + np.abs(ref))
+                    if terms[i].family == "negativebinomial":
+                        tol = tol + 1e-10 * (1.0 + np.exp(np.minimum(-np.log(par), 700.0)))
+                    good = np.abs(log_ratio - ref) <= tol
+                    if not np.all(good[ok_rows]):
+                        link_ok[i][sign] = False
 
     vals0 = evaluate(np.zeros(d))
     check_link(vals0)
@@ -459,16 +565,23 @@ def _affine_map(terms, theta_rvs, model, rng):
     # the distribution parameter must be the inverse link of eta
     for i, ok in link_ok.items():
         t = terms[i]
-        if _LINKS[t.family][3] == "logit":
+        if t.link in ("logit", "probit"):
+            inv = _LINK_OPS[t.link][1]
             if not ok:
                 raise UnsupportedModelError(
                     f"observed variable {t.rv.name!r}: its {_dist_name(t.rv)} parameter p "
-                    "contains invlogit(eta) but is not equal to it (e.g. p = c * invlogit(eta) or "
-                    "a transformed probability), so the link is not logit. Write logit_p=eta or "
-                    f"p=pm.math.invlogit(eta). Supported: {SUPPORTED}."
+                    f"contains {inv}(eta) but is not equal to it (e.g. p = c * {inv}(eta) or "
+                    f"a transformed probability), so the link is not {t.link}. Write "
+                    f"{_HOW[t.link]}. Supported: {SUPPORTED}."
                 )
             continue
-        ref = log_ref[i]
+        sign = 1.0 if ok[1.0] or not ok[-1.0] else -1.0
+        ok = ok[sign]
+        if sign < 0:
+            # mean = exp(-eta'): the GLM's log-mean is -eta'
+            cols[i] = -cols[i]
+            offsets[i] = -offsets[i]
+        ref = log_ref[i, sign]
         if ok and not np.all(np.isfinite(ref)):
             row = int(np.flatnonzero(~np.isfinite(ref))[0])
             raise ValueError(
@@ -478,7 +591,7 @@ def _affine_map(terms, theta_rvs, model, rng):
             )
         if not ok:
             raise UnsupportedModelError(
-                f"observed variable {t.rv.name!r}: its {_dist_name(t.rv)} parameter mu contains "
+                f"observed variable {t.rv.name!r}: its {_dist_name(t.rv)} {t.pname} contains "
                 "exp(eta) but is not exp(eta) times a positive constant, so the link is not "
                 f"log. Write mu=pm.math.exp(eta) (an exposure goes into eta as a log offset). "
                 f"Supported: {SUPPORTED}."
@@ -532,8 +645,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         terms.append(term)
 
     eta_rvs = _free_rvs_in([t.eta for t in terms], model) if terms else []
+    nuisance_candidates = set(_free_rvs_in([g for t in terms for g in t.nuisance.values()], model))
     if vars is not None:
-        theta_rvs = _user_theta_rvs(vars, model)
+        theta_rvs = [r for r in _user_theta_rvs(vars, model) if r not in nuisance_candidates or r in eta_rvs]
         missing = [rv.name for rv in eta_rvs if rv not in theta_rvs]
         if missing:
             raise UnsupportedModelError(
@@ -560,6 +674,8 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
                 "NUTS, or rewrite the likelihood."
             )
 
+    nuisance_rvs = _free_rvs_in([g for t in terms for g in t.nuisance.values()], model)
+    _check_nuisance(model, terms, theta_set, nuisance_rvs, vars)
     _check_no_other_dependants(model, theta_rvs, terms)
 
     # priors first: a non-Gaussian (e.g. transformed) prior would otherwise
@@ -586,7 +702,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     for t in terms:
         t.y = _observed_data(model.rvs_to_values[t.rv])
     rng = np.random.default_rng(seed)
-    cols, offsets = _affine_map(terms, theta_rvs, model, rng)
+    cols, offsets = _affine_map(terms, theta_rvs, model, rng, nuisance_rvs)
+    init = model.initial_point()
+    nuisance_sources = []
 
     split_terms, gaussian_terms, sigma_sources = [], [], []
     for t, A, off in zip(terms, cols, offsets):
@@ -601,6 +719,14 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
                     )
                 trials = np.broadcast_to(_value_of(t.trials), t.y.shape).ravel().astype(float)
             fam = FAMILIES[t.family]
+            if t.nuisance:
+                values = {}
+                for key, graph in t.nuisance.items():
+                    fn, names, value = _nuisance_parameter(t, key, graph, model, init)
+                    values[key] = value
+                    if fn is not None:
+                        nuisance_sources.append((len(split_terms), key, fn, names))
+                fam = fam.bind(**values)
             fam.validate(y, trials, t.rv.name)
             split_terms.append(SplitTerm(t.rv.name, fam, A, off, y, trials))
             continue
@@ -638,7 +764,103 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         split_terms=tuple(split_terms),
         gaussian_terms=tuple(gaussian_terms),
     )
-    return DetectedModel(problem, [p.name for p in params], sigma_sources, prior_sources)
+    nuisance_vars = [
+        (model.rvs_to_values[r].name, model.compile_logp(vars=[r], jacobian=True, sum=True))
+        for r in nuisance_rvs
+    ]
+    return DetectedModel(
+        problem, [p.name for p in params], sigma_sources, prior_sources, nuisance_sources,
+        nuisance_vars,
+    )
+
+
+def _nuisance_parameter(t, key, graph, model, init):
+    """``(function, input_names, initial value)`` of a split family's nuisance parameter.
+
+    The function is None when the parameter is fixed (data). The parameter must
+    be one value for all rows of the term.
+    """
+    where = f"the {key} of the {_dist_name(t.rv)} likelihood of {t.rv.name!r}"
+    deps = _free_rvs_in([graph], model)
+    if not deps:
+        value = np.asarray(_value_of(graph), dtype=float)
+        fn, names = None, None
+    else:
+        for r in deps:
+            if _shape_of(r) != ():
+                raise UnsupportedModelError(
+                    f"{where} depends on the non-scalar free variable {r.name!r}; SplitGibbs "
+                    "updates nuisance parameters of split likelihoods one scalar at a time. Use "
+                    "a scalar variable, or sample this model with NUTS."
+                )
+        (val,) = model.replace_rvs_by_values([graph])
+        inputs = [model.rvs_to_values[r] for r in deps]
+        fn = pytensor.function(inputs, val, on_unused_input="ignore")
+        names = [v.name for v in inputs]
+        value = np.asarray(fn(*[init[nm] for nm in names]), dtype=float)
+    flat = value.ravel()
+    if flat.size == 0 or not np.all(flat == flat[0]):
+        raise UnsupportedModelError(
+            f"{where} differs between observations; SplitGibbs supports one value of {key} per "
+            "likelihood term (a scalar, fixed or a free variable). Sample this model with NUTS."
+        )
+    if not (np.isfinite(flat[0]) and flat[0] > 0):
+        raise ValueError(f"{where} must be positive and finite; received {flat[0]!r}.")
+    return fn, names, float(flat[0])
+
+
+def _check_nuisance(model, terms, theta_set, nuisance_rvs, vars):
+    """Nuisance parameters of split likelihoods: owned by SplitGibbs, used nowhere else."""
+    for t in terms:
+        for key, graph in t.nuisance.items():
+            deps = [r.name for r in _free_rvs_in([graph], model) if r in theta_set]
+            if deps:
+                raise UnsupportedModelError(
+                    f"the {key} of the {_dist_name(t.rv)} likelihood of {t.rv.name!r} depends "
+                    f"on the coefficient(s) {deps} of the linear predictor; SplitGibbs needs "
+                    f"{key} to be data or a separate free variable."
+                    + (
+                        " (pm.Gamma(mu=..., sigma=...) has shape mu^2 / sigma^2: write "
+                        "pm.Gamma('y', alpha=k, beta=k / pm.math.exp(eta)) with k data or a "
+                        "separate variable.)" if t.family == "gamma" else ""
+                    )
+                    + " Otherwise sample this model with NUTS."
+                )
+    if not nuisance_rvs:
+        return
+    if vars is not None:
+        given = set(_user_theta_rvs(vars, model))
+        missing = [r.name for r in nuisance_rvs if r not in given]
+        if missing:
+            raise UnsupportedModelError(
+                f"{missing} parametrise(s) a split likelihood (e.g. NegativeBinomial alpha, "
+                "StudentT nu or sigma), whose conditional depends on the auxiliary variables z "
+                "of the split model, so SplitGibbs must update it; it is not among the variables "
+                "given to SplitGibbs (vars). Add it to vars or leave vars unset, and do not "
+                "assign it to another step method."
+            )
+    nuis = set(nuisance_rvs)
+    owners = {t.rv for t in terms if t.nuisance}
+    for rv in model.basic_RVs:
+        if rv in owners or rv in nuis:
+            continue
+        deps = set(_free_rvs_in(rv.owner.inputs[2:], model)) & nuis
+        if deps:
+            raise UnsupportedModelError(
+                f"variable {rv.name!r} depends on {sorted(d.name for d in deps)}, which "
+                "parametrise(s) a split likelihood (e.g. NegativeBinomial alpha, StudentT nu "
+                "or sigma); SplitGibbs updates such a parameter from that likelihood and its "
+                "prior only, so it must not be used elsewhere in the model. Use separate "
+                "variables, or sample this model with NUTS."
+            )
+    for pot in model.potentials:
+        deps = set(_free_rvs_in([pot], model)) & nuis
+        if deps:
+            raise UnsupportedModelError(
+                f"pm.Potential {pot.name!r} involves {sorted(d.name for d in deps)}, which "
+                "parametrise(s) a split likelihood; SplitGibbs cannot include arbitrary "
+                "potentials. Sample this model with NUTS."
+            )
 
 
 def _check_identified(prior_precision, split_terms, gaussian_terms, theta_rvs):

@@ -17,9 +17,22 @@ References
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit, gammaln
+from scipy.special import expit, gammaln, log_ndtr
 
-__all__ = ["Family", "BinomialLogit", "BernoulliLogit", "PoissonLog", "NormalIdentity", "FAMILIES"]
+__all__ = [
+    "Family",
+    "BinomialLogit",
+    "BernoulliLogit",
+    "PoissonLog",
+    "NormalIdentity",
+    "NegativeBinomialLog",
+    "BernoulliProbit",
+    "BinomialProbit",
+    "GammaLog",
+    "ExponentialLog",
+    "StudentTIdentity",
+    "FAMILIES",
+]
 
 
 def _softplus(z):
@@ -43,6 +56,38 @@ class Family:
     log_concave: bool = True
     #: True for families with a trials parameter (Binomial)
     has_trials: bool = False
+    #: names of the likelihood's scalar nuisance parameters (e.g. NegativeBinomial alpha)
+    nuisance: tuple = ()
+
+    def __init__(self, **params):
+        unknown = set(params) - set(self.nuisance)
+        if unknown:
+            raise ValueError(
+                f"{self.name} has no parameter(s) {sorted(unknown)}; its parameters are "
+                f"{list(self.nuisance)}."
+            )
+        self.params = {}
+        for key in self.nuisance:
+            self.params[key] = self._check_param(key, params.get(key, self.defaults[key]))
+
+    #: default values of the nuisance parameters
+    defaults: dict = {}
+
+    def _check_param(self, key, value) -> float:
+        try:
+            v = float(np.asarray(value, dtype=float).reshape(()))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{self.name} parameter {key} must be a positive scalar; received {value!r}."
+            ) from None
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{self.name} parameter {key} must be positive and finite; received {v!r}.")
+        return v
+
+    def bind(self, **params) -> "Family":
+        """A copy of the family with some nuisance parameters changed (validated)."""
+        new = type(self)(**{**self.params, **params})
+        return new
 
     def validate(self, y: np.ndarray, trials: np.ndarray | None, where: str) -> None:
         """Raise ``ValueError`` when ``y`` is outside the family's support."""
@@ -59,6 +104,10 @@ class Family:
     def hess(self, z, y, trials=None):
         """Second derivative of the potential in ``z`` (non-negative if convex)."""
         raise NotImplementedError
+
+    def grad_bound(self, y, trials=None):
+        """``sup_z |U'(z)|`` (finite for the non-convex families, which need it for their mode search)."""
+        raise NotImplementedError(f"{self!r} has no bound on its gradient.")
 
     def log_likelihood(self, z, y, trials=None):
         """Full log-likelihood ``log p(y | z)``, normalising constants included."""
@@ -87,7 +136,8 @@ class Family:
         )
 
     def __repr__(self) -> str:
-        return f"{self.name}({self.link})"
+        extra = "".join(f", {k}={v:.4g}" for k, v in getattr(self, "params", {}).items())
+        return f"{self.name}({self.link}{extra})"
 
 
 def _check_finite(values, what):
@@ -286,9 +336,268 @@ class NormalIdentity(Family):
         return np.zeros(np.shape(z)), np.zeros(np.shape(z))
 
 
+def _check_counts(y, where, family):
+    y = np.asarray(y, dtype=float)
+    _check_finite(y, f"observed data of {where!r}")
+    _check_integers(y, f"observed data of {where!r} ({family} counts)")
+    if np.any(y < 0):
+        i = np.flatnonzero((y < 0).ravel())[0]
+        raise ValueError(
+            f"observed data of {where!r} must be non-negative counts for a {family} "
+            f"likelihood; received {float(y.ravel()[i]):g} at flat index {i}."
+        )
+
+
+def _logistic_bregman(w, w0):
+    """``softplus(w) - softplus(w0) - expit(w0) (w - w0)``, clipped at zero."""
+    return np.maximum(_softplus(w) - _softplus(w0) - expit(w0) * (w - w0), 0.0)
+
+
+class NegativeBinomialLog(Family):
+    """Negative binomial likelihood with log link: mean ``mu = e^z``, dispersion ``alpha``.
+
+    ``p(y | z) = C(y + alpha - 1, y) (alpha / (alpha + mu))^alpha (mu / (alpha + mu))^y``
+    (PyMC's ``NegativeBinomial(mu=..., alpha=...)``). With ``w = z - log(alpha)``::
+
+        U(z) = -y z + (y + alpha) log(alpha + e^z) = -y z + (y + alpha) softplus(w) + const,
+
+    a logistic potential with ``y + alpha`` "trials": convex, with
+    ``U'' = (y + alpha) expit(w) expit(-w)``.
+
+    References
+    ----------
+    .. [1] A. C. Cameron, P. K. Trivedi (2013). Regression Analysis of Count Data,
+       2nd ed., section 3.3. Cambridge University Press.
+    """
+
+    name = "negativebinomial"
+    link = "log"
+    nuisance = ("alpha",)
+    defaults = {"alpha": 1.0}
+
+    def validate(self, y, trials, where):
+        _check_counts(y, where, "NegativeBinomial")
+
+    def _w(self, z):
+        return z - np.log(self.params["alpha"])
+
+    def potential(self, z, y, trials=None):
+        return -y * z + (y + self.params["alpha"]) * _softplus(self._w(z))
+
+    def grad(self, z, y, trials=None):
+        return -y + (y + self.params["alpha"]) * expit(self._w(z))
+
+    def hess(self, z, y, trials=None):
+        w = self._w(z)
+        return (y + self.params["alpha"]) * expit(w) * expit(-w)
+
+    def log_likelihood(self, z, y, trials=None):
+        a = self.params["alpha"]
+        # a log(a / (a + mu)) + y log(mu / (a + mu)) = y z - (y + a) log(a + mu) + a log a
+        log_a_plus_mu = np.log(a) + _softplus(self._w(z))
+        return (
+            gammaln(y + a) - gammaln(a) - gammaln(y + 1)
+            + a * np.log(a) + y * z - (y + a) * log_a_plus_mu
+        )
+
+    def bregman(self, z, z0, y, trials=None):
+        return (y + self.params["alpha"]) * _logistic_bregman(self._w(z), self._w(z0))
+
+
+def _mills(z):
+    """``phi(z) / Phi(z)`` (inverse Mills ratio), stable in both tails."""
+    return np.exp(-0.5 * z * z - 0.5 * np.log(2.0 * np.pi) - log_ndtr(z))
+
+
+def _neg_log_ndtr_hess(z):
+    """Second derivative of ``-log Phi(z)``: ``r (z + r)`` with ``r`` the Mills ratio, in (0, 1)."""
+    r = _mills(z)
+    return np.clip(r * (z + r), 0.0, 1.0)
+
+
+class BinomialProbit(Family):
+    """Binomial likelihood with probit link: ``y ~ Binomial(trials, Phi(z))``.
+
+    ``U(z) = -y log Phi(z) - (trials - y) log Phi(-z)``, convex (``log Phi`` is
+    concave). ``log Phi`` is :func:`scipy.special.log_ndtr` and the gradient
+    uses the inverse Mills ratio ``phi(z) / Phi(z) = exp(log phi(z) - log Phi(z))``,
+    accurate far into both tails.
+
+    References
+    ----------
+    .. [1] J. H. Albert, S. Chib (1993). Bayesian analysis of binary and polychotomous
+       response data. JASA 88(422), 669–679.
+    """
+
+    name = "binomial"
+    link = "probit"
+    has_trials = True
+
+    def validate(self, y, trials, where):
+        BinomialLogit.validate(self, y, trials, where)
+
+    def _t(self, trials):
+        return trials
+
+    def potential(self, z, y, trials=None):
+        t = self._t(trials)
+        return -y * log_ndtr(z) - (t - y) * log_ndtr(-z)
+
+    def grad(self, z, y, trials=None):
+        t = self._t(trials)
+        return -y * _mills(z) + (t - y) * _mills(-z)
+
+    def hess(self, z, y, trials=None):
+        t = self._t(trials)
+        return y * _neg_log_ndtr_hess(z) + (t - y) * _neg_log_ndtr_hess(-z)
+
+    def log_likelihood(self, z, y, trials=None):
+        t = self._t(trials)
+        logcomb = gammaln(t + 1) - gammaln(y + 1) - gammaln(t - y + 1)
+        return logcomb - self.potential(z, y, trials)
+
+    def bregman(self, z, z0, y, trials=None):
+        return np.maximum(super().bregman(z, z0, y, trials), 0.0)
+
+
+class BernoulliProbit(BinomialProbit):
+    """Bernoulli likelihood with probit link (Binomial with one trial)."""
+
+    name = "bernoulli"
+    has_trials = False
+
+    def validate(self, y, trials, where):
+        BernoulliLogit.validate(self, y, trials, where)
+
+    def _t(self, trials):
+        return 1.0
+
+
+class GammaLog(Family):
+    """Gamma likelihood with log link: mean ``e^z``, fixed shape ``k``.
+
+    ``y ~ Gamma(alpha=k, beta=k e^{-z})`` has ``U(z) = k (z + y e^{-z})``, convex
+    with ``U'' = k y e^{-z}``.
+
+    References
+    ----------
+    .. [1] P. McCullagh, J. A. Nelder (1989). Generalized Linear Models, 2nd ed.,
+       chapter 8. Chapman & Hall.
+    """
+
+    name = "gamma"
+    link = "log"
+    nuisance = ("shape",)
+    defaults = {"shape": 1.0}
+
+    def validate(self, y, trials, where):
+        y = np.asarray(y, dtype=float)
+        _check_finite(y, f"observed data of {where!r}")
+        if np.any(y <= 0):
+            i = np.flatnonzero((y <= 0).ravel())[0]
+            raise ValueError(
+                f"observed data of {where!r} must be positive for a {self.name.capitalize()} "
+                f"likelihood; received {float(y.ravel()[i]):g} at flat index {i}."
+            )
+
+    def _k(self):
+        return self.params["shape"]
+
+    def potential(self, z, y, trials=None):
+        with np.errstate(over="ignore"):
+            return self._k() * (z + y * np.exp(-z))
+
+    def grad(self, z, y, trials=None):
+        with np.errstate(over="ignore"):
+            return self._k() * (1.0 - y * np.exp(-z))
+
+    def hess(self, z, y, trials=None):
+        with np.errstate(over="ignore"):
+            return self._k() * y * np.exp(-z)
+
+    def log_likelihood(self, z, y, trials=None):
+        k = self._k()
+        with np.errstate(over="ignore"):
+            return k * np.log(k) - gammaln(k) + (k - 1.0) * np.log(y) - k * (z + y * np.exp(-z))
+
+    def bregman(self, z, z0, y, trials=None):
+        # k y e^{-z0} (e^{-d} - 1 + d), d = z - z0: the Poisson form mirrored (see PoissonLog)
+        z = np.asarray(z, dtype=float)
+        z0 = np.asarray(z0, dtype=float)
+        d = z0 - z
+        with np.errstate(over="ignore", invalid="ignore"):
+            small = y * np.exp(-z0) * np.maximum(np.expm1(d) - d, 0.0)
+            large = np.maximum(y * np.exp(-z) - y * np.exp(-z0) * (1.0 + d), 0.0)
+            out = np.where(d > 1.0, large, small)
+            out = np.where(d == 0.0, 0.0, out)
+            out = np.where(np.isnan(out) & ~np.isnan(d), np.inf, out)
+        return self._k() * out
+
+
+class ExponentialLog(GammaLog):
+    """Exponential likelihood with log link: mean ``e^z`` (a Gamma with shape 1)."""
+
+    name = "exponential"
+    nuisance = ()
+    defaults = {}
+
+    def _k(self):
+        return 1.0
+
+
+class StudentTIdentity(Family):
+    """Student-t likelihood with identity link (robust regression): ``y ~ StudentT(nu, z, sigma)``.
+
+    ``U(z) = (nu + 1) / 2 * log(1 + (y - z)^2 / (nu sigma^2))`` is *not* convex
+    (``U'' < 0`` for ``|y - z| > sqrt(nu) sigma``), so the exact rejection
+    sampler does not apply; the kernel moves ``z`` by Metropolis–Hastings
+    (:func:`pymc_sgs.conditionals.mh_z_move`).
+    """
+
+    name = "studentt"
+    link = "identity"
+    log_concave = False
+    nuisance = ("nu", "sigma")
+    defaults = {"nu": 4.0, "sigma": 1.0}
+
+    def _q(self):
+        return self.params["nu"] * self.params["sigma"] ** 2
+
+    def potential(self, z, y, trials=None):
+        nu = self.params["nu"]
+        return 0.5 * (nu + 1.0) * np.log1p((y - z) ** 2 / self._q())
+
+    def grad(self, z, y, trials=None):
+        r = z - y
+        return (self.params["nu"] + 1.0) * r / (self._q() + r * r)
+
+    def hess(self, z, y, trials=None):
+        r2 = (z - y) ** 2
+        q = self._q()
+        return (self.params["nu"] + 1.0) * (q - r2) / (q + r2) ** 2
+
+    def grad_bound(self, y, trials=None):
+        # |U'| = (nu + 1) |r| / (nu sigma^2 + r^2), largest at |r| = sqrt(nu) sigma
+        return (self.params["nu"] + 1.0) / (2.0 * self.params["sigma"] * np.sqrt(self.params["nu"]))
+
+    def log_likelihood(self, z, y, trials=None):
+        nu, sigma = self.params["nu"], self.params["sigma"]
+        const = (
+            gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu)
+            - 0.5 * np.log(nu * np.pi) - np.log(sigma)
+        )
+        return const - self.potential(z, y, trials)
+
+
 FAMILIES = {
     "bernoulli": BernoulliLogit(),
     "binomial": BinomialLogit(),
     "poisson": PoissonLog(),
     "normal": NormalIdentity(),
+    "negativebinomial": NegativeBinomialLog(),
+    "bernoulli_probit": BernoulliProbit(),
+    "binomial_probit": BinomialProbit(),
+    "gamma": GammaLog(),
+    "exponential": ExponentialLog(),
+    "studentt": StudentTIdentity(),
 }

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse
 
-from .conditionals import GaussianThetaConditional, overrelaxed_z_move, sample_z_exact
+from .conditionals import GaussianThetaConditional, mh_z_move, overrelaxed_z_move, sample_z_exact
 from .fused import family_code, fused_z_pass
 from .problem import SplitProblem
 from .theta_cg import CGThetaConditional
@@ -165,6 +165,8 @@ class SplitGibbsKernel:
         self.A, self.offset = problem.stacked_split()
         self.rho = validate_rho(rho, self.A.shape[0])
         self._slices = problem.term_slices()
+        # current families: nuisance parameters (e.g. NegativeBinomial alpha) change them
+        self.families = [t.family for t in problem.split_terms]
         self._rho_rows = np.broadcast_to(self.rho, (self.A.shape[0],))
         sparse = scipy.sparse.issparse(self.A)
         self.theta_solver = validate_theta_solver(theta_solver)
@@ -193,7 +195,7 @@ class SplitGibbsKernel:
             self.theta_conditional.set_sigmas(fixed)
         if engine not in ("auto", "numba", "numpy"):
             raise ValueError(f"engine must be 'auto', 'numba' or 'numpy'; received {engine!r}.")
-        codes = [family_code(t.family) for t in problem.split_terms]
+        codes = [family_code(f) for f in self.families]
         if engine == "numba" and any(c is None for c in codes):
             raise ValueError("engine='numba' has no compiled form for some of the families.")
         if engine == "numba" and sparse:
@@ -221,6 +223,27 @@ class SplitGibbsKernel:
                 for t, sl in zip(problem.split_terms, self._slices)
             ]
 
+    def set_family(self, index: int, family) -> None:
+        """Replace the family of split term ``index`` (new nuisance parameter values).
+
+        Cached modes stay valid warm starts; log weights computed before the
+        change are stale and must be recomputed by the caller.
+        """
+        if type(family) is not type(self.families[index]):
+            raise ValueError(
+                f"split term {index} is {self.families[index]!r}; received a {type(family).__name__}."
+            )
+        self.families[index] = family
+
+    def term_log_likelihood(self, index: int, z, family=None) -> float:
+        """``sum_i log p(y_i | z_i)`` over the rows of split term ``index`` (all constants included)."""
+        fam = self.families[index] if family is None else family
+        term = self.problem.split_terms[index]
+        sl = self._slices[index]
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = float(np.sum(fam.log_likelihood(z[sl], term.y, term.trials)))
+        return out if not np.isnan(out) else -np.inf
+
     def set_rho(self, rho) -> None:
         """Change the coupling (e.g. while tuning it); refactors ``theta | z``."""
         self.rho = validate_rho(rho, self.A.shape[0])
@@ -233,7 +256,7 @@ class SplitGibbsKernel:
         centre = self.A @ theta + self.offset
         if rng is None:
             return SGSState(theta=theta, z=centre.copy(), z_mode=centre.copy())
-        z, mode, _ = self.sample_z(theta, centre, rng)
+        z, mode, _, _ = self.sample_z(theta, centre, rng)
         return SGSState(theta=theta, z=z, z_mode=mode, atz=self.theta_conditional.split_rhs(z))
 
     def set_prior_precision(self, prior_precision) -> None:
@@ -244,23 +267,44 @@ class SplitGibbsKernel:
         """Current scales of the Gaussian terms whose sigma is not fixed."""
         self.theta_conditional.set_sigmas(sigmas)
 
-    def sample_z(self, theta, z_mode, rng):
-        """Exact draw of the whole z-block given ``theta``; returns ``(z, mode, proposals)``."""
+    def sample_z(self, theta, z_mode, rng, z=None):
+        """Draw of the whole z-block given ``theta``.
+
+        Exact (rejection) for log-concave families; for the others an MH move
+        with an independence proposal from the Laplace approximation
+        (:func:`~pymc_sgs.conditionals.mh_z_move`, ``alpha = 0``) from the
+        current ``z`` (from ``A theta + o`` when ``z`` is None).
+
+        Returns ``(z, mode, proposals_per_exact_draw, accept_prob)``: the mean
+        number of Gaussian proposals per exactly drawn row (0.0 if none) and the
+        mean MH acceptance probability over all rows (1 for exact rows).
+        """
         n = self.A.shape[0]
         if n == 0:
-            return np.zeros(0), np.zeros(0), 0
+            return np.zeros(0), np.zeros(0), 0.0, 1.0
         centre = self.A @ theta + self.offset
-        z = np.empty(n)
+        z_new = np.empty(n)
         mode = np.empty(n)
-        n_prop = 0
-        for term, sl in zip(self.problem.split_terms, self._slices):
-            draw = sample_z_exact(
-                term.family, term.y, term.trials, centre[sl], self._rho_rows[sl], rng, z_mode[sl]
-            )
-            z[sl] = draw.z
-            mode[sl] = draw.mode
-            n_prop += draw.n_proposals
-        return z, mode, n_prop
+        n_prop = n_exact = 0
+        acc = 0.0
+        for fam, term, sl in zip(self.families, self.problem.split_terms, self._slices):
+            m = sl.stop - sl.start
+            if fam.log_concave:
+                draw = sample_z_exact(
+                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], rng, z_mode[sl]
+                )
+                z_new[sl] = draw.z
+                mode[sl] = draw.mode
+                n_prop += draw.n_proposals
+                n_exact += m
+                acc += m
+            else:
+                current = centre[sl] if z is None else z[sl]
+                mv = mh_z_move(fam, term.y, term.trials, centre[sl], self._rho_rows[sl], current, 0.0, rng)
+                z_new[sl] = mv.z
+                mode[sl] = mv.mode
+                acc += mv.accept_prob * m
+        return z_new, mode, (n_prop / n_exact if n_exact else 0.0), acc / n
 
     def move_z(self, theta, z, z_mode, rng):
         """Over-relaxed MH move of the whole z-block; returns ``(z, mode, accept_prob)``."""
@@ -271,11 +315,17 @@ class SplitGibbsKernel:
         z_new = np.empty(n)
         mode = np.empty(n)
         acc = 0.0
-        for term, sl in zip(self.problem.split_terms, self._slices):
-            mv = overrelaxed_z_move(
-                term.family, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
-                self.alpha, rng, z_mode[sl],
-            )
+        for fam, term, sl in zip(self.families, self.problem.split_terms, self._slices):
+            if fam.log_concave:
+                mv = overrelaxed_z_move(
+                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
+                    self.alpha, rng, z_mode[sl],
+                )
+            else:
+                # no warm start: the proposal must not depend on the chain's history
+                mv = mh_z_move(
+                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl], self.alpha, rng
+                )
             z_new[sl] = mv.z
             mode[sl] = mv.mode
             acc += mv.accept_prob * (sl.stop - sl.start)
@@ -293,9 +343,9 @@ class SplitGibbsKernel:
         centre = self.A @ theta + self.offset
         total = 0.0
         mode = np.empty(n)
-        for term, sl in zip(self.problem.split_terms, self._slices):
+        for fam, term, sl in zip(self.families, self.problem.split_terms, self._slices):
             rows, mode[sl] = log_weight_rows(
-                term.family, term.y, term.trials, centre[sl], self._rho_rows[sl],
+                fam, term.y, term.trials, centre[sl], self._rho_rows[sl],
                 None if z_mode is None else z_mode[sl], self.n_nodes,
             )
             total += float(np.sum(rows))
@@ -358,8 +408,8 @@ class SplitGibbsKernel:
             info = SGSInfo(z_proposals=0.0, z_accept=1.0, log_weight=log_w)
             return state._replace(theta=theta, log_weight=log_w), info
         if self.alpha == 0.0:
-            z, mode, n_prop = self.sample_z(state.theta, state.z_mode, rng)
-            info = SGSInfo(z_proposals=n_prop / z.shape[0], z_accept=1.0)
+            z, mode, n_prop, acc = self.sample_z(state.theta, state.z_mode, rng, state.z)
+            info = SGSInfo(z_proposals=n_prop, z_accept=acc)
             theta = self.theta_conditional.sample(z, rng)
             if weights:
                 log_w, mode = self.log_weight(theta, mode)
@@ -375,9 +425,9 @@ class SplitGibbsKernel:
     def _z_update(self, theta, z, z_mode, rng):
         """z-block update at theta: ``(z, mode, proposals_per_draw, accept_prob, atz)``."""
         if self.alpha == 0.0:
-            z, mode, n_prop = self.sample_z(theta, z_mode, rng)
+            z, mode, n_prop, acc = self.sample_z(theta, z_mode, rng, z)
             atz = self.theta_conditional.split_rhs(z)
-            return z, mode, n_prop / max(z.shape[0], 1), 1.0, atz
+            return z, mode, n_prop, acc, atz
         z, mode, acc, _, atz = self.z_pass(theta, z, z_mode, rng, weights=False)
         return z, mode, 0.0, acc, atz
 

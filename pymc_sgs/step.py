@@ -15,6 +15,7 @@ from pymc.util import get_random_generator
 from .backends import Backend, LocalBackend
 from .detect import detect_split_problem
 from .kernel import SGSState, validate_alpha, validate_rho, validate_theta_solver
+from .nuisance import slice_sample
 from .rho import RhoTuner, validate_bias_tol
 
 #: starting value of rho="auto" (in linear-predictor units)
@@ -37,6 +38,7 @@ class SplitGibbsState(StepMethodState):
     feedback: Any
     tune: bool
     rho_tuner: Any
+    nuisance_out: Any
 
 
 class SplitGibbs(BlockedStep):
@@ -53,7 +55,8 @@ class SplitGibbs(BlockedStep):
     ----------
     vars : list, optional
         Coefficient variables to own. Default: every free variable of the
-        linear predictor(s).
+        linear predictor(s), plus the free nuisance parameters of split
+        likelihoods (which must be included when ``vars`` is given).
     rho : "auto", float or array
         Coupling between ``z`` and the linear predictor (same units as the
         linear predictor); scalar or one value per observation. The chain
@@ -118,6 +121,17 @@ class SplitGibbs(BlockedStep):
     ``Pi_rho(theta, z, sigma)`` (sigma's conditional does not involve z), so
     the compound chain leaves it invariant and the theta-marginal is the same
     ``pi_rho`` as with sigma fixed; with no split terms it is exactly ``pi``.
+    Nuisance parameters of split likelihoods (NegativeBinomial ``alpha``, Gamma
+    shape, StudentT ``nu`` and ``sigma``) are different: their conditional
+    ``p(phi) prod_i p(y_i | z_i, phi)`` involves ``z``, so SplitGibbs owns them
+    and, before each sweep, updates each free one by slice sampling that
+    conditional in the variable's transformed space
+    (:func:`pymc_sgs.nuisance.slice_sample`); in exact mode the conditional is
+    tilted by the importance weight ``w(theta, phi)``. Giving such a variable
+    to another step method raises ``ValueError`` at SplitGibbs's next step.
+    StudentT potentials are not convex: their ``z_i`` move by
+    Metropolis–Hastings (:func:`pymc_sgs.conditionals.mh_z_move`) even when
+    ``alpha=0``, and ``z_accept`` reports the acceptance.
     Hierarchical Normal priors (random effects ``u ~ Normal(0, tau)`` with
     ``tau`` free) work the same way: NUTS updates ``tau`` given ``u``, and
     SplitGibbs refactors the precision of ``theta | z`` when ``tau`` changed.
@@ -212,6 +226,15 @@ class SplitGibbs(BlockedStep):
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
         self.backend = backend
+        if self.detected.nuisance_vars and not (
+            isinstance(backend, LocalBackend) and backend.n_shards is None
+        ):
+            names = [name for name, _ in self.detected.nuisance_vars]
+            raise ValueError(
+                f"the likelihood parameters {names} are updated by SplitGibbs given z, which "
+                f"needs every row in this process; received backend={backend.describe()}. Use "
+                "the default LocalBackend(), or fix these parameters."
+            )
         self.kernel = backend.build_kernel(
             self.detected.problem, start_rho, alpha, bool(log_weights),
             theta_solver=theta_solver, dtype=dtype,
@@ -221,6 +244,9 @@ class SplitGibbs(BlockedStep):
         self.bias_tol = bias_tol
         self.vars = [model[name] for name in self.detected.value_var_names]
         self.vars = [model.rvs_to_values.get(v, v) for v in self.vars]
+        self._nuisance_names = [name for name, _ in self.detected.nuisance_vars]
+        by_name = {v.name: v for v in model.value_vars}
+        self.vars += [by_name[name] for name in self._nuisance_names]
         self._free_sigma = any(s is not None for s in self.detected.sigma_sources)
         self.tune = True
         self.rho_tuner = (
@@ -239,7 +265,9 @@ class SplitGibbs(BlockedStep):
         rho_s = f"{float(rho):.4g}" if rho.ndim == 0 else f"per-row [{rho.min():.3g}, {rho.max():.3g}]"
         return (
             f"SplitGibbs(vars={self.detected.value_var_names}, d={p.d}, n_split={p.n_split}, "
-            f"split=[{fams}], gaussian=[{gauss}], rho={rho_s}, backend={self.backend.describe()})"
+            f"split=[{fams}], gaussian=[{gauss}], rho={rho_s}, backend={self.backend.describe()}"
+            + (f", nuisance={self._nuisance_names}" if self._nuisance_names else "")
+            + ")"
         )
 
     # ------------------------------------------------------------------ mapping
@@ -268,12 +296,19 @@ class SplitGibbs(BlockedStep):
         if self._check_data:
             self._check_data_unchanged()
             self._check_data = False
+        if self._nuisance_names:
+            self._check_nuisance_unchanged(point)
+            self._set_families(point)
         if self.z_mode is None:
             state = self.kernel.init(theta, self.rng)
         else:
             state = SGSState(
                 theta=theta, z=self.z, z_mode=self.z_mode, log_weight=self.log_weight, atz=self.atz
             )
+        if self._nuisance_names:
+            point = self._update_nuisance(point, state)
+            # the weight of theta depends on the nuisance parameters; A^T z does not
+            state = state._replace(log_weight=float("nan"))
         if self.exact and not self.tune:
             # tuning draws are discarded: they burn in on pi_rho, which is much faster
             # than an MH chain started in the tails, and they tune rho
@@ -301,7 +336,73 @@ class SplitGibbs(BlockedStep):
                 self.log_weight, self.atz = float("nan"), None
         if not self.tune:
             self._check_health(stats)
+        if self._nuisance_names:
+            self.nuisance_out = {nm: np.array(point[nm], copy=True) for nm in self._nuisance_names}
         return self._theta_to_point(state.theta, point), [stats]
+
+    # ------------------------------------------------------- nuisance parameters
+    def _set_families(self, point):
+        for index, params in self.detected.nuisance_values(point).items():
+            self.kernel.set_family(index, self.kernel.families[index].bind(**params))
+
+    def _check_nuisance_unchanged(self, point):
+        if self.nuisance_out is None:
+            return
+        for nm, value in self.nuisance_out.items():
+            if not np.array_equal(np.asarray(point[nm]), value):
+                raise ValueError(
+                    f"the variable {nm!r} was changed by another step method: it parametrises a "
+                    "split likelihood (e.g. NegativeBinomial alpha, StudentT nu or sigma) and "
+                    "SplitGibbs updates it given the auxiliary variables z of the split model; "
+                    "an update from the original likelihood (e.g. pm.NUTS([...])) targets a "
+                    "different distribution. Do not assign it to another step method (pass only "
+                    "pymc_sgs.SplitGibbs() for it)."
+                )
+
+    def _update_nuisance(self, point, state):
+        """Slice-sample every owned nuisance variable from its conditional given z.
+
+        Target: prior (value space, Jacobian included) times the split
+        likelihood ``prod_i p(y_i | z_i, phi)`` of the terms it parametrises; in
+        exact mode after tuning also times the importance weight ``w(theta, phi)``,
+        the conditional of ``phi`` under the tilted target ``Pi_rho w``.
+        """
+        point = dict(point)
+        tilt = self.exact and not self.tune
+        theta = self._theta_from_point(point) if tilt else None
+        for name, prior_logp in self.detected.nuisance_vars:
+            indices = sorted({i for i, _, _, names in self.detected.nuisance_sources if name in names})
+            dtype = np.asarray(point[name]).dtype
+
+            def log_density(x, name=name, indices=indices, dtype=dtype):
+                trial = dict(point)
+                trial[name] = np.asarray(x, dtype=dtype)
+                lp = float(prior_logp(trial))
+                if not np.isfinite(lp):
+                    return -np.inf
+                values = self.detected.nuisance_values(trial)
+                fams = {}
+                for i in indices:
+                    try:
+                        fams[i] = self.kernel.families[i].bind(**values[i])
+                    except ValueError:  # e.g. alpha underflowed to 0
+                        return -np.inf
+                    lp += self.kernel.term_log_likelihood(i, state.z, fams[i])
+                if tilt and np.isfinite(lp):
+                    saved = {i: self.kernel.families[i] for i in indices}
+                    for i, f in fams.items():
+                        self.kernel.set_family(i, f)
+                    try:
+                        lp += self.kernel.log_weight(theta, state.z_mode)[0]
+                    finally:
+                        for i, f in saved.items():
+                            self.kernel.set_family(i, f)
+                return lp if not np.isnan(lp) else -np.inf
+
+            x, _, _ = slice_sample(log_density, float(point[name]), self.rng, width=1.0)
+            point[name] = np.asarray(x, dtype=dtype)
+            self._set_families(point)
+        return point
 
     def set_rng(self, rng):
         """PyMC hands every chain its Generator here, at the start of the chain.
@@ -316,6 +417,7 @@ class SplitGibbs(BlockedStep):
 
     def _reset_chain_state(self):
         self.z = self.z_mode = self.atz = None
+        self.nuisance_out = None
         self.log_weight = float("nan")
         self.feedback = {"draws": 0, "z_accept": 0.0, "exact_accept": 0.0, "warned": False}
         if self.rho_tuner is not None:

@@ -72,7 +72,9 @@ def smoothed_log_likelihood(
     n = eta.shape[0]
     rho = np.broadcast_to(np.asarray(rho, dtype=float), (n,))
     m = find_z_mode(family, y, trials, eta, rho, mode)
-    s = 1.0 / np.sqrt(family.hess(m, y, trials) + 1.0 / rho**2)
+    # non-convex potentials (Student-t) can have U'' < 0 at m: the Laplace scale then
+    # falls back to rho (the quadrature stays exact for any positive scale as n_nodes grows)
+    s = 1.0 / np.sqrt(np.maximum(family.hess(m, y, trials), 0.0) + 1.0 / rho**2)
     y = np.broadcast_to(np.asarray(y, dtype=float), (n,))
     trials = None if trials is None else np.broadcast_to(np.asarray(trials, dtype=float), (n,))
 

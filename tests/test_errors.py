@@ -1,6 +1,8 @@
 """Bad input fails at ``SplitGibbs(...)`` construction, with a message that names
 the variable (or parameter) and says why, before any sampling starts."""
 
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -49,8 +51,8 @@ def test_non_glm_likelihood(data):
     X, _, _ = data
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
-        pm.StudentT("y", nu=3, mu=X @ b, sigma=1.0, observed=np.zeros(N))
-        with pytest.raises(UnsupportedModelError, match=r"'y'.*StudentT.*(not|no)"):
+        pm.Logistic("y", mu=X @ b, s=1.0, observed=np.zeros(N))
+        with pytest.raises(UnsupportedModelError, match=r"'y'.*Logistic.*(not|no)"):
             SplitGibbs(rho=0.2)
 
 
@@ -59,8 +61,8 @@ def test_non_glm_likelihood_next_to_a_glm_term(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Bernoulli("y", logit_p=X @ b, observed=y)
-        pm.StudentT("w", nu=3, mu=X @ b, sigma=1.0, observed=np.zeros(N))
-        with pytest.raises(UnsupportedModelError, match=r"'w' has a StudentT likelihood"):
+        pm.Logistic("w", mu=X @ b, s=1.0, observed=np.zeros(N))
+        with pytest.raises(UnsupportedModelError, match=r"'w' has a Logistic likelihood"):
             SplitGibbs(rho=0.2)
 
 
@@ -133,12 +135,14 @@ def test_bernoulli_mixture_of_two_sigmoids(data):
             SplitGibbs(rho=0.2)
 
 
-def test_bernoulli_probit_link(data):
+def test_bernoulli_cloglog_link(data):
     X, y, _ = data
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
-        pm.Bernoulli("y", p=pm.math.invprobit(X @ b), observed=y)
-        with pytest.raises(UnsupportedModelError, match=r"'y'.*parameter p is not a logit-link"):
+        pm.Bernoulli("y", p=1 - pm.math.exp(-pm.math.exp(X @ b)), observed=y)
+        with pytest.raises(
+            UnsupportedModelError, match=r"'y'.*parameter p is not a logit/probit-link"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -490,3 +494,121 @@ def test_thinned_weights_with_exact_mode(data):
     X, y, _ = data
     with pytest.raises(ValueError, match=r"exact=True needs the importance weight of every draw"):
         logistic(X, y, rho=0.2, exact=True, log_weights=4)
+
+
+# ------------------------------------------------ nuisance parameters of split likelihoods
+def test_gamma_shape_from_mu_sigma(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Gamma("y", mu=pm.math.exp(X @ b), sigma=1.0, observed=np.ones(N))
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"shape of the Gamma likelihood of 'y' depends on the coefficient\(s\) \['beta'\]"
+            r".*alpha=k, beta=k / pm.math.exp\(eta\)",
+        ):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_depends_on_coefficients(data):
+    X, _, counts = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=pm.math.exp(b[0]), observed=counts)
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"alpha of the NegativeBinomial likelihood of 'c' depends on the coefficient",
+        ):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_per_observation(data):
+    X, _, counts = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=np.arange(1.0, N + 1), observed=counts)
+        with pytest.raises(UnsupportedModelError, match=r"alpha of .*'c' differs between observations"):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_non_scalar_free_variable(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        s = pm.HalfNormal("s", 1.0, shape=N)
+        pm.StudentT("w", nu=3, mu=X @ b, sigma=s, observed=np.zeros(N))
+        with pytest.raises(UnsupportedModelError, match=r"sigma of .*'w' depends on the non-scalar free variable 's'"):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_used_elsewhere(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        s = pm.HalfNormal("s", 1.0)
+        pm.StudentT("w", nu=3, mu=X @ b, sigma=s, observed=np.zeros(N))
+        pm.Normal("v", 0.0, s, observed=np.ones(4))
+        with pytest.raises(UnsupportedModelError, match=r"variable 'v' depends on \['s'\], which parametrise"):
+            SplitGibbs(rho=0.2)
+
+
+def test_vars_leave_out_a_nuisance_parameter(data):
+    X, _, counts = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        alpha = pm.HalfNormal("alpha", 5.0)
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=alpha, observed=counts)
+        with pytest.raises(UnsupportedModelError, match=r"\['alpha'\] parametrise.*not among the variables"):
+            SplitGibbs([b], rho=0.2)
+        step = SplitGibbs([b, alpha], rho=0.2)
+        assert [v.name for v in step.vars] == ["beta", "alpha_log__"]
+
+
+def test_gamma_data_must_be_positive(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Gamma("y", alpha=2.0, beta=2.0 / pm.math.exp(X @ b), observed=np.r_[np.ones(N - 1), 0.0])
+        with pytest.raises(ValueError, match=r"'y' must be positive for a Gamma likelihood; received 0"):
+            SplitGibbs(rho=0.2)
+
+
+def test_negative_binomial_counts(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        obs = pm.Data("obs", np.r_[np.ones(N - 1), 1.5])
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=2.0, observed=obs)
+        with pytest.raises(ValueError, match=r"'c' \(NegativeBinomial counts\) must be whole numbers"):
+            SplitGibbs(rho=0.2)
+
+
+def test_nuisance_given_to_another_step(data):
+    # PyMC lets two steps update one variable, so this one surfaces at SplitGibbs's next step
+    X, _, counts = data
+    with pm.Model() as model:
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        alpha = pm.HalfNormal("alpha", 5.0)
+        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=alpha, observed=counts)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="'alpha_log__' was changed by another step method"):
+            pm.sample(step=[SplitGibbs(rho=0.2), pm.Slice([model["alpha"]])], draws=5, tune=5,
+                      chains=1, cores=1, random_seed=1, progressbar=False,
+                      compute_convergence_checks=False)
+
+
+def test_bambi_noncentered_group_term():
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame({"x": rng.normal(size=40), "g": rng.choice(["a", "b", "c"], 40)})
+    df["y"] = (rng.random(40) < 0.5).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = bmb.Model("y ~ x + (1|g)", df, family="bernoulli")
+        m.build()
+    with m.backend.model:
+        with pytest.raises(UnsupportedModelError, match=r"'1\|g_sigma'.*noncentered=False"):
+            SplitGibbs(rho=0.2)

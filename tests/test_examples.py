@@ -36,7 +36,10 @@ CASES = {
     "bias_vs_rho.py": ["bias_vs_rho.png"],
     "ess_per_second.py": ["ess_per_second.png"],
     "poisson_regression.py": ["poisson_posterior.png", "poisson_fit.png"],
+    "bambi_glms.py": ["bambi_glms.png"],
 }
+#: examples whose quick run takes over a minute of CPU (six models, each also under NUTS)
+SLOW = {"bambi_glms.py"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -129,7 +132,9 @@ def runner(request, tmp_path_factory):
     r.close()
 
 
-@pytest.mark.parametrize("script", list(CASES))
+@pytest.mark.parametrize(
+    "script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in CASES]
+)
 def test_example(script, runner):
     res = runner.result(script)
     tail = "\n".join(res["output"].splitlines()[-40:])

@@ -208,14 +208,14 @@ def _step_failing_in_marked_chain(model, at_sweep=7):
         state["count"] = 0
         return orig_init(theta, rng)
 
-    def sweep(s, rng):
+    def sweep(s, rng, weights=None):
         state["count"] += 1
         if state["doomed"] and state["count"] == at_sweep:
             raise RuntimeError(
                 "exact z-sampler: 1 draw(s) not accepted after 10000 rounds (first at row 3, "
                 "centre nan); the linear predictor is probably not finite. [injected]"
             )
-        return orig_sweep(s, rng)
+        return orig_sweep(s, rng, weights=weights)
 
     kernel.init, kernel.sweep = init, sweep
     return step
