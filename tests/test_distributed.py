@@ -146,6 +146,7 @@ def test_full_data_as_dask_array_on_a_model_of_the_head(client):
     )
     step = pymc_sgs.SplitGibbs(model=head_model, backend=backend)
     assert step.kernel.n == N
+    assert f"n_split={N}," in repr(step) and "DaskBackend" in repr(step)
     _same_draws(local, _sample(head_model, step, draws=30, tune=30))
 
 
@@ -242,6 +243,10 @@ def test_dask_backend_input_errors(client):
         pymc_sgs.DaskBackend("tcp://127.0.0.1:8786")
     with pytest.raises(ValueError, match="X and y must be given together"):
         pymc_sgs.DaskBackend(client, X=da.from_array(A))
+    with pytest.raises(ValueError, match="timeout must be a positive number.*received -1"):
+        pymc_sgs.DaskBackend(client, timeout=-1)
+    with pytest.raises(ValueError, match="n_shards applies to the model's own data"):
+        pymc_sgs.DaskBackend(client, X=da.from_array(A), y=da.from_array(y), n_shards=2)
     with pytest.raises(ValueError, match="rho must be 'auto' or a scalar"):
         pymc_sgs.SplitGibbs(model=model, rho=np.full(20, 0.3), backend=pymc_sgs.DaskBackend(client))
     with pytest.raises(ValueError, match="X must have d=4 columns.*received a chunk of shape"):
