@@ -7,7 +7,7 @@ sweeps, after a warm-up that also compiles numba on the workers):
 - ``single``: :class:`pymc_sgs.kernel.SplitGibbsKernel` in this process;
 - ``dask, W workers``: :class:`pymc_sgs.backends.DaskBackend` on a
   ``LocalCluster(n_workers=W, processes=True, threads_per_worker=1)`` with one
-  shard per worker (the data are given as a row-chunked dask array).
+  shard per worker (the data are given as a list of shards, scattered to the workers).
 
 The per-sweep overhead is ``dask, 1 worker`` minus ``single`` (the same
 arithmetic, plus the round trips); strong scaling is ``dask, 1 worker`` over
@@ -81,13 +81,11 @@ def time_sweeps(kernel, sweeps: int, blocks: int, seed: int = 1) -> float:
 
 
 def dask_kernel(client, problem, n_workers):
-    import dask.array as da
-
+    # the data as a list of shards: scattered straight to the workers, one each
     term = problem.split_terms[0]
-    n = term.n
-    chunk = -(-n // n_workers)
+    cuts = np.array_split(np.arange(term.n), n_workers)
     backend = DaskBackend(
-        client, X=da.from_array(term.A, chunks=(chunk, -1)), y=da.from_array(term.y, chunks=chunk)
+        client, X=[term.A[c[0]:c[-1] + 1] for c in cuts], y=[term.y[c[0]:c[-1] + 1] for c in cuts]
     )
     return backend.build_kernel(problem, RHO, ALPHA, True)
 
@@ -165,11 +163,11 @@ def report(rows, args, load_before, load_after) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Reading: the overhead column is the price of the round trips (theta out, "
-        f"{args.d}-vector and two scalars back per shard, plus the actor-call latency of "
-        "Dask, about a millisecond per call on one machine); it does not grow with n. The "
-        "speed-up needs 2 free cores: on a machine shared with other jobs it understates "
-        "what 2 dedicated workers give.",
+        "Columns: `overhead` = (Dask, 1 worker) - single, the price of one round trip per "
+        f"sweep (theta out, a {args.d}-vector and two scalars back per shard) and of Dask's "
+        "actor-call machinery, for the same arithmetic; `speed-up` = (Dask, 1 worker) / "
+        "(Dask, 2 workers), the strong scaling. Two workers can only be faster when two "
+        "cores are free for them; compare the load average above with the core count.",
         "",
     ]
     return "\n".join(lines)

@@ -264,7 +264,9 @@ class SplitGibbs(BlockedStep):
         rho = self.kernel.rho
         rho_s = f"{float(rho):.4g}" if rho.ndim == 0 else f"per-row [{rho.min():.3g}, {rho.max():.3g}]"
         return (
-            f"SplitGibbs(vars={self.detected.value_var_names}, d={p.d}, n_split={p.n_split}, "
+            # a back end given the full data knows more rows than the model's head
+            f"SplitGibbs(vars={self.detected.value_var_names}, d={p.d}, "
+            f"n_split={getattr(self.kernel, 'n', p.n_split)}, "
             f"split=[{fams}], gaussian=[{gauss}], rho={rho_s}, backend={self.backend.describe()}"
             + (f", nuisance={self._nuisance_names}" if self._nuisance_names else "")
             + ")"

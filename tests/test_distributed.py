@@ -75,7 +75,8 @@ def client():
     "settings, chains",
     [
         (dict(), 2),  # rho="auto", over-relaxed, weights: the default
-        (dict(rho=0.3, alpha=-0.9, exact=True, exact_sweeps=3), 1),
+        # rho=1: acceptance about 0.5, so the shards often restore a rejected proposal
+        (dict(rho=1.0, alpha=-0.9, exact=True, exact_sweeps=3), 1),
         (dict(rho=0.3, alpha=0.0, draws=40, tune=20), 1),  # exact z-draws by rejection
     ],
     ids=["auto-rho", "exact", "alpha0"],
@@ -83,7 +84,7 @@ def client():
 def test_dask_draws_equal_in_process_shards(client, settings, chains):
     model = _model(*_data())
     settings = dict(settings)
-    length = dict(draws=settings.pop("draws", 100), tune=settings.pop("tune", 100), chains=chains)
+    length = dict(draws=settings.pop("draws", 50), tune=settings.pop("tune", 70), chains=chains)
     local = _sample(model, pymc_sgs.SplitGibbs(model=model, backend=LocalBackend(n_shards=3), **settings), **length)
     step = pymc_sgs.SplitGibbs(model=model, backend=pymc_sgs.DaskBackend(client, n_shards=3), **settings)
     dask = _sample(model, step, **length)
@@ -123,6 +124,8 @@ def test_dask_same_seed_same_draws(client):
     _same_draws(first, again)
     other = _sample(model, step, draws=40, tune=20, seed=2)
     assert not np.array_equal(first.posterior["b"].values, other.posterior["b"].values)
+    # the shards run the kernel only: the workers never imported PyMC
+    assert not any(client.run(lambda: __import__("sys").modules.get("pymc") is not None).values())
 
 
 def _shard_bounds(n, k):
@@ -134,7 +137,7 @@ def test_full_data_as_dask_array_on_a_model_of_the_head(client):
     """The model is defined on a head of the data; the backend gets all rows, chunked."""
     X, y = _data()
     full_model = _model(X, y)
-    local = _sample(full_model, pymc_sgs.SplitGibbs(model=full_model, backend=LocalBackend(n_shards=3)), draws=60, tune=60)
+    local = _sample(full_model, pymc_sgs.SplitGibbs(model=full_model, backend=LocalBackend(n_shards=3)), draws=30, tune=30)
     head_model = _model(X[:20], y[:20])
     chunks = _shard_bounds(N, 3)
     A = np.column_stack([X, np.ones(N)])  # coefficient layout: b (3), then a
@@ -143,7 +146,20 @@ def test_full_data_as_dask_array_on_a_model_of_the_head(client):
     )
     step = pymc_sgs.SplitGibbs(model=head_model, backend=backend)
     assert step.kernel.n == N
-    _same_draws(local, _sample(head_model, step, draws=60, tune=60))
+    assert f"n_split={N}," in repr(step) and "DaskBackend" in repr(step)
+    _same_draws(local, _sample(head_model, step, draws=30, tune=30))
+
+
+def test_full_data_as_a_list_of_shards(client):
+    X, y = _data()
+    full_model = _model(X, y)
+    local = _sample(full_model, pymc_sgs.SplitGibbs(model=full_model, rho=0.3, backend=LocalBackend(n_shards=3)), draws=30, tune=10)
+    A = np.column_stack([X, np.ones(N)])
+    cuts = np.cumsum(_shard_bounds(N, 3))[:-1]
+    backend = pymc_sgs.DaskBackend(client, X=np.split(A, cuts), y=np.split(y, cuts))
+    head_model = _model(X[:20], y[:20])
+    step = pymc_sgs.SplitGibbs(model=head_model, rho=0.3, backend=backend)
+    _same_draws(local, _sample(head_model, step, draws=30, tune=10))
 
 
 def test_full_data_from_parquet_files(client, tmp_path):
@@ -164,7 +180,7 @@ def test_full_data_from_parquet_files(client, tmp_path):
     step = pymc_sgs.SplitGibbs(model=head_model, rho=0.3, backend=backend)
     full_model = _model(X, y)
     local = pymc_sgs.SplitGibbs(model=full_model, rho=0.3, backend=LocalBackend(n_shards=2))
-    _same_draws(_sample(full_model, local, draws=80, tune=20), _sample(head_model, step, draws=80, tune=20))
+    _same_draws(_sample(full_model, local, draws=40, tune=20), _sample(head_model, step, draws=40, tune=20))
 
 
 # ---------------------------------------------------------- same distribution
@@ -227,6 +243,10 @@ def test_dask_backend_input_errors(client):
         pymc_sgs.DaskBackend("tcp://127.0.0.1:8786")
     with pytest.raises(ValueError, match="X and y must be given together"):
         pymc_sgs.DaskBackend(client, X=da.from_array(A))
+    with pytest.raises(ValueError, match="timeout must be a positive number.*received -1"):
+        pymc_sgs.DaskBackend(client, timeout=-1)
+    with pytest.raises(ValueError, match="n_shards applies to the model's own data"):
+        pymc_sgs.DaskBackend(client, X=da.from_array(A), y=da.from_array(y), n_shards=2)
     with pytest.raises(ValueError, match="rho must be 'auto' or a scalar"):
         pymc_sgs.SplitGibbs(model=model, rho=np.full(20, 0.3), backend=pymc_sgs.DaskBackend(client))
     with pytest.raises(ValueError, match="X must have d=4 columns.*received a chunk of shape"):

@@ -91,6 +91,27 @@ def _rows_only_problem(terms, d) -> SplitProblem:
     )
 
 
+def _with_own_arrays(problem: SplitProblem) -> SplitProblem:
+    """The problem with freshly allocated copies of its row data.
+
+    Buffers received from another process can sit at any offset, and the
+    rounding of BLAS products can depend on the alignment; fresh NumPy
+    allocations make a shard compute bit for bit what it computes in-process.
+    """
+    terms = tuple(
+        SplitTerm(
+            name=t.name, family=t.family, A=np.array(t.A, dtype=float, order="C"),
+            offset=np.array(t.offset, dtype=float), y=np.array(t.y, dtype=float),
+            trials=None if t.trials is None else np.array(t.trials, dtype=float),
+        )
+        for t in problem.split_terms
+    )
+    return SplitProblem(
+        params=problem.params, prior_mean=problem.prior_mean,
+        prior_precision=problem.prior_precision, split_terms=terms,
+    )
+
+
 class ShardWorker:
     """The z-block of one shard: its rows, its ``z``, its Generator.
 
@@ -109,6 +130,7 @@ class ShardWorker:
 
     def __init__(self, problem: SplitProblem, alpha: float, n_nodes: int = N_NODES,
                  engine: str = "auto"):
+        problem = _with_own_arrays(problem)
         self.kernel = SplitGibbsKernel(problem, 1.0, alpha, n_nodes=n_nodes, engine=engine)
         self.n = problem.n_split
         self.rng = None
@@ -144,7 +166,10 @@ class ShardWorker:
         """Exact draw of the shard's z given ``theta``: ``(A^T z / rho^2, proposals)``."""
         self._set_rho(rho)
         self._checkpoint(checkpoint)
-        self.z, self.z_mode, n_prop = self.kernel.sample_z(theta, self.z_mode, self.rng)
+        # proposals per exactly drawn row (rows of a non-log-concave family move by MH; their
+        # acceptance is not reported through the shards)
+        self.z, self.z_mode, per_row, _ = self.kernel.sample_z(theta, self.z_mode, self.rng, self.z)
+        n_prop = per_row * self.n
         return self.kernel.theta_conditional.split_rhs(self.z), float(n_prop)
 
     def z_pass(self, theta, rho, weights, checkpoint=False):
