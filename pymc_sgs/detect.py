@@ -38,6 +38,12 @@ from pytensor.tensor.random.basic import (
 import pymc as pm
 from pymc.distributions.continuous import FlatRV
 
+from .detect_nonsmooth import (
+    asymmetric_laplace_term,
+    is_asymmetric_laplace,
+    is_laplace,
+    laplace_prior_term,
+)
 from .families import FAMILIES
 from .problem import GaussianTerm, ParamSlice, SplitProblem, SplitTerm
 
@@ -45,7 +51,8 @@ __all__ = ["DetectedModel", "UnsupportedModelError", "detect_split_problem"]
 
 SUPPORTED = (
     "Bernoulli and Binomial with logit link (logit_p=eta or p=pm.math.invlogit(eta)), "
-    "Poisson with log link (mu=pm.math.exp(eta)), Normal with identity link (mu=eta)"
+    "Poisson with log link (mu=pm.math.exp(eta)), Normal with identity link (mu=eta), "
+    "AsymmetricLaplace with identity link (mu=eta, fixed b and kappa or q)"
 )
 
 
@@ -189,6 +196,12 @@ def _classify_observed(rv, model):
         fam, trials = "poisson", None
     elif isinstance(op, NormalRV):
         return _ObservedTerm(rv, "gaussian", "normal", params[0], None, sigma=params[1])
+    elif is_asymmetric_laplace(rv):
+        # quantile regression: identity link, the kinked potential is split (pymc_sgs.nonsmooth)
+        mu = params[2]
+        if not set(model.free_RVs).intersection(ancestors([mu], blockers=model.free_RVs)):
+            return None
+        return _ObservedTerm(rv, "nonsmooth", "asymmetric_laplace", mu, None)
     else:
         return None
     index, link_op, pname, link = _LINKS[fam]
@@ -238,7 +251,7 @@ def _gaussian_prior(rv, model, size):
     if model.rvs_to_transforms.get(rv) is not None:
         raise UnsupportedModelError(
             f"coefficient {name!r} has a transformed ({_dist_name(rv)}) prior. SplitGibbs needs "
-            "Normal, MvNormal or Flat priors on the variables of the linear predictor; use one "
+            "Normal, MvNormal, Laplace or Flat priors on the variables of the linear predictor; use one "
             "of those, or sample this model with NUTS."
         )
     params = rv.owner.inputs[2:]
@@ -290,8 +303,8 @@ def _gaussian_prior(rv, model, size):
         inv_chol = np.linalg.inv(chol)
         return mu.copy(), inv_chol.T @ inv_chol, None
     raise UnsupportedModelError(
-        f"coefficient {name!r} has a {_dist_name(rv)} prior. SplitGibbs needs Normal, MvNormal "
-        "or Flat priors on the variables of the linear predictor; use one of those, or sample "
+        f"coefficient {name!r} has a {_dist_name(rv)} prior. SplitGibbs needs Normal, MvNormal, "
+        "Laplace or Flat priors on the variables of the linear predictor; use one of those, or sample "
         "this model with NUTS."
     )
 
@@ -564,14 +577,19 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
 
     # priors first: a non-Gaussian (e.g. transformed) prior would otherwise
     # surface as a non-affine predictor
-    params, means, precs, prior_sources = [], [], [], []
+    params, means, precs, prior_sources, laplace_priors = [], [], [], [], []
     start = 0
     for rv in theta_rvs:
         shape = _shape_of(rv)
         size = int(np.prod(shape))
-        mean, prec, scale_source = _gaussian_prior(rv, model, size)
         vv = model.rvs_to_values[rv]
         params.append(ParamSlice(vv.name, shape, start, start + size, str(vv.dtype)))
+        if is_laplace(rv):
+            # Bayesian lasso: the prior is split too (rows e_j^T), built once d is known
+            laplace_priors.append((rv, params[-1]))
+            mean, prec, scale_source = np.zeros(size), np.zeros((size, size)), None
+        else:
+            mean, prec, scale_source = _gaussian_prior(rv, model, size)
         means.append(mean)
         precs.append(prec)
         if scale_source is not None:
@@ -591,6 +609,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     split_terms, gaussian_terms, sigma_sources = [], [], []
     for t, A, off in zip(terms, cols, offsets):
         y = t.y.ravel()
+        if t.kind == "nonsmooth":
+            split_terms.append(asymmetric_laplace_term(t.rv, model, A, off, y))
+            continue
         if t.kind == "split":
             trials = None
             if t.trials is not None:
@@ -629,6 +650,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         else:
             gaussian_terms.append(GaussianTerm(t.rv.name, A, off, y, sigma))
             sigma_sources.append(None)
+
+    for rv, p in laplace_priors:
+        split_terms.append(laplace_prior_term(rv, model, p, d)[0])
 
     _check_identified(prior_precision, split_terms, gaussian_terms, theta_rvs)
     problem = SplitProblem(

@@ -18,6 +18,12 @@ import numpy as np
 
 from .conditionals import GaussianThetaConditional, overrelaxed_z_move, sample_z_exact
 from .fused import family_code, fused_z_pass
+from .nonsmooth import (
+    PiecewiseLinearFamily,
+    log_weight_rows_piecewise,
+    move_z_piecewise,
+    sample_z_piecewise,
+)
 from .problem import SplitProblem
 from .weights import N_NODES, gauss_hermite_nodes, log_weight_rows
 
@@ -202,9 +208,16 @@ class SplitGibbsKernel:
         mode = np.empty(n)
         n_prop = 0
         for term, sl in zip(self.problem.split_terms, self._slices):
-            draw = sample_z_exact(
-                term.family, term.y, term.trials, centre[sl], self._rho_rows[sl], rng, z_mode[sl]
-            )
+            if isinstance(term.family, PiecewiseLinearFamily):
+                # kinked potentials: exact inversion of the two-piece CDF (pymc_sgs.nonsmooth)
+                draw = sample_z_piecewise(
+                    term.family, term.y, term.trials, centre[sl], self._rho_rows[sl], rng
+                )
+            else:
+                draw = sample_z_exact(
+                    term.family, term.y, term.trials, centre[sl], self._rho_rows[sl], rng,
+                    z_mode[sl],
+                )
             z[sl] = draw.z
             mode[sl] = draw.mode
             n_prop += draw.n_proposals
@@ -220,10 +233,17 @@ class SplitGibbsKernel:
         mode = np.empty(n)
         acc = 0.0
         for term, sl in zip(self.problem.split_terms, self._slices):
-            mv = overrelaxed_z_move(
-                term.family, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
-                self.alpha, rng, z_mode[sl],
-            )
+            if isinstance(term.family, PiecewiseLinearFamily):
+                # no Laplace approximation at a kink: over-relax in the exact CDF's copula
+                mv = move_z_piecewise(
+                    term.family, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
+                    self.alpha, rng,
+                )
+            else:
+                mv = overrelaxed_z_move(
+                    term.family, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
+                    self.alpha, rng, z_mode[sl],
+                )
             z_new[sl] = mv.z
             mode[sl] = mv.mode
             acc += mv.accept_prob * (sl.stop - sl.start)
@@ -242,6 +262,13 @@ class SplitGibbsKernel:
         total = 0.0
         mode = np.empty(n)
         for term, sl in zip(self.problem.split_terms, self._slices):
+            if isinstance(term.family, PiecewiseLinearFamily):
+                # closed form (normal CDFs), exact where quadrature would not be
+                rows, mode[sl] = log_weight_rows_piecewise(
+                    term.family, term.y, term.trials, centre[sl], self._rho_rows[sl]
+                )
+                total += float(np.sum(rows))
+                continue
             rows, mode[sl] = log_weight_rows(
                 term.family, term.y, term.trials, centre[sl], self._rho_rows[sl],
                 None if z_mode is None else z_mode[sl], self.n_nodes,
