@@ -36,6 +36,10 @@ CASES = {
     "bias_vs_rho.py": ["bias_vs_rho.png"],
     "ess_per_second.py": ["ess_per_second.png"],
     "poisson_regression.py": ["poisson_posterior.png", "poisson_fit.png"],
+    "quantile_regression.py": [
+        "quantile_regression_fit.png",
+        "quantile_regression_posterior.png",
+    ],
 }
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
