@@ -2,21 +2,22 @@
 
 Quantile regression (an asymmetric Laplace likelihood with identity link) and
 the Bayesian lasso (Laplace priors on coefficients) have piecewise-linear
-potentials with one kink,
+potentials with one kink::
 
     U(z) = s_lo * (k - z)   for z < k,        U(z) = s_hi * (z - k)   for z >= k,
 
 with ``k`` the kink (the observation, or the prior's location) and positive
-slopes ``s_lo``, ``s_hi``. NUTS struggles with the kink; the split Gibbs
+slopes ``s_lo``, ``s_hi``. Gradient-based samplers see a discontinuous gradient
+at the kink; the split Gibbs
 sampler only needs the conditional of ``z`` given the linear predictor
-``c = a^T theta + o``,
+``c = a^T theta + o``::
 
     p(z | c) ∝ exp(-U(z)) N(z; c, rho^2),
 
 which is a two-piece mixture of truncated Gaussians: below the kink
 ``N(m_lo, rho^2)`` with ``m_lo = c + s_lo rho^2`` truncated to ``z < k``, above
 it ``N(m_hi, rho^2)`` with ``m_hi = c - s_hi rho^2`` truncated to ``z >= k``,
-with masses (times the common ``1 / (rho sqrt(2 pi))``)
+with masses (times the common ``1 / (rho sqrt(2 pi))``)::
 
     log M_lo = s_lo (c - k) + s_lo^2 rho^2 / 2 + log Phi((k - m_lo) / rho),
     log M_hi = s_hi (k - c) + s_hi^2 rho^2 / 2 + log Phi((m_hi - k) / rho).
