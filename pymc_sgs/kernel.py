@@ -121,7 +121,9 @@ class SplitGibbsKernel:
         predictor, the z-move, the weights and ``A^T z`` into one compiled pass
         over the rows (:mod:`pymc_sgs.fused`); ``"numpy"`` is the vectorised
         reference path. ``"auto"`` picks numba when every split family has a
-        compiled form. Both consume the same random numbers in the same order.
+        compiled form (the kinked terms of :mod:`pymc_sgs.nonsmooth` are
+        numpy closed forms in either engine). Both consume the same random
+        numbers in the same order.
 
     Notes
     -----
@@ -157,9 +159,12 @@ class SplitGibbsKernel:
         if engine not in ("auto", "numba", "numpy"):
             raise ValueError(f"engine must be 'auto', 'numba' or 'numpy'; received {engine!r}.")
         codes = [family_code(t.family) for t in problem.split_terms]
-        if engine == "numba" and any(c is None for c in codes):
+        # kinked terms have closed forms (pymc_sgs.nonsmooth), called per term in either engine
+        self._piecewise = [isinstance(t.family, PiecewiseLinearFamily) for t in problem.split_terms]
+        uncompiled = any(c is None and not pw for c, pw in zip(codes, self._piecewise))
+        if engine == "numba" and uncompiled:
             raise ValueError("engine='numba' has no compiled form for some of the families.")
-        self.engine = "numpy" if engine == "numpy" or any(c is None for c in codes) else "numba"
+        self.engine = "numpy" if engine == "numpy" or uncompiled else "numba"
         self._codes = codes
         if self.engine == "numba":
             self.A = np.ascontiguousarray(self.A, dtype=np.float64)
@@ -295,8 +300,24 @@ class SplitGibbsKernel:
         acc = 0.0
         log_w = 0.0
         theta = np.ascontiguousarray(theta, dtype=float)
-        for (A, off, y, trials), code, sl in zip(self._term_data, self._codes, self._slices):
+        for (A, off, y, trials), code, sl, term, pw in zip(
+            self._term_data, self._codes, self._slices, self.problem.split_terms, self._piecewise
+        ):
             m = sl.stop - sl.start
+            if pw:
+                # same calls, same random numbers as the numpy path
+                rho = self._rho_rows[sl]
+                centre = A @ theta + off
+                mv = move_z_piecewise(term.family, y, term.trials, centre, rho, z[sl],
+                                      self.alpha, rng)
+                z_new[sl], mode[sl] = mv.z, mv.mode
+                atz += A.T @ ((mv.z - off) / rho**2)
+                acc += m
+                if weights:
+                    log_w += float(np.sum(
+                        log_weight_rows_piecewise(term.family, y, term.trials, centre, rho)[0]
+                    ))
+                continue
             eps = rng.standard_normal(m)
             u = rng.random(m)
             a, acc_t, lw_t = fused_z_pass(
