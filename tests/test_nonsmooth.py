@@ -345,6 +345,30 @@ def test_intercept_only_quantile_regression_exact_1d():
     assert max(abs(zm_wrong), abs(zs_wrong)) > Z_MAX
 
 
+def test_exact_mode_quantile_regression_1d():
+    """exact=True at rho = 0.5, where pi_rho is 0.27 sd / 24% in sd off: the chain targets pi."""
+    rng = np.random.default_rng(5)
+    y = rng.gamma(2.0, 1.0, size=25)
+    q, b, rho = 0.8, 1.5, 0.5
+    fam = AsymmetricLaplaceIdentity(np.sqrt(q / (1 - q)))
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 3.0)
+        pm.AsymmetricLaplace("y", mu=mu, b=b, q=q, observed=y)
+    lo, hi = np.min(y) - 2, np.max(y) + 2
+    mean, sd = _moments_1d(lambda m: -np.sum(fam.potential(m, y, b)) - m**2 / 18, lo, hi,
+                           kinks=y)
+    smoothed = lambda m: np.sum(  # noqa: E731
+        two_piece_parts(fam, y, np.full(y.size, b), np.full(y.size, m), rho)[-1])
+    mean_rho, sd_rho = _moments_1d(lambda m: smoothed(m) - m**2 / 18, lo, hi)
+    idata = _sample(model, {"rho": rho, "exact": True, "exact_sweeps": 3}, draws=1500,
+                    tune=300, chains=2, random_seed=15)
+    draws = idata.posterior["mu"].values
+    zm, zs = _z(draws, mean, sd)
+    assert abs(zm) < Z_MAX and abs(zs) < Z_MAX, (zm, zs)
+    zm_rho, zs_rho = _z(draws, mean_rho, sd_rho)  # negative control: pi_rho
+    assert max(abs(zm_rho), abs(zs_rho)) > Z_MAX, (zm, zs, zm_rho, zs_rho)
+
+
 def test_large_rho_matches_split_model_and_psis_corrects_it_1d():
     """At rho = 0.6 the chain targets pi_rho (closed form), ~0.9 sd off pi; the weights fix it."""
     b, rho = 0.25, 0.6
