@@ -78,12 +78,17 @@ class DetectedModel:
         with a hierarchical Normal prior: the function gives the prior sd from
         the hyperparameters' values (updated by another step method). The
         problem's ``prior_precision`` holds a placeholder for those blocks.
+    free_rates : list
+        :class:`~pymc_sgs.free_rate.FreeRate` of every asymmetric Laplace term
+        whose rate is a function of a free variable; SplitGibbs owns and
+        updates those variables too.
     """
 
     problem: SplitProblem
     value_var_names: list
     sigma_sources: list = field(default_factory=list)
     prior_sources: list = field(default_factory=list)
+    free_rates: list = field(default_factory=list)
 
     def prior_precision(self, point) -> np.ndarray:
         """Prior precision of theta at the hyperparameter values in ``point``."""
@@ -606,11 +611,16 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     rng = np.random.default_rng(seed)
     cols, offsets = _affine_map(terms, theta_rvs, model, rng)
 
-    split_terms, gaussian_terms, sigma_sources = [], [], []
+    split_terms, gaussian_terms, sigma_sources, free_rates = [], [], [], []
     for t, A, off in zip(terms, cols, offsets):
         y = t.y.ravel()
         if t.kind == "nonsmooth":
-            split_terms.append(asymmetric_laplace_term(t.rv, model, A, off, y))
+            term, free_rate = asymmetric_laplace_term(
+                t.rv, model, A, off, y, theta_rvs, len(split_terms)
+            )
+            split_terms.append(term)
+            if free_rate is not None:
+                free_rates.append(free_rate)
             continue
         if t.kind == "split":
             trials = None
@@ -662,7 +672,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         split_terms=tuple(split_terms),
         gaussian_terms=tuple(gaussian_terms),
     )
-    return DetectedModel(problem, [p.name for p in params], sigma_sources, prior_sources)
+    return DetectedModel(
+        problem, [p.name for p in params], sigma_sources, prior_sources, free_rates
+    )
 
 
 def _check_identified(prior_precision, split_terms, gaussian_terms, theta_rvs):

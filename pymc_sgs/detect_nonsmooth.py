@@ -12,6 +12,7 @@ from pytensor.tensor.random.basic import LaplaceRV
 
 from pymc.distributions.continuous import AsymmetricLaplaceRV
 
+from .free_rate import FreeRate
 from .nonsmooth import AsymmetricLaplaceIdentity, LaplacePrior
 from .problem import SplitTerm
 
@@ -41,24 +42,28 @@ def _fixed_values(graph, what, name, model, shape, instead):
     return np.broadcast_to(_value_of(graph).astype(float), shape).ravel()
 
 
-def asymmetric_laplace_term(rv, model, A, offset, y) -> SplitTerm:
+def asymmetric_laplace_term(rv, model, A, offset, y, theta_rvs=(), term_index=0):
     """Split term of ``y ~ AsymmetricLaplace(b, kappa, mu=eta)`` (quantile regression).
 
-    ``b`` (PyMC's rate) may vary per row; ``kappa`` (or ``q``) must be one value
-    for the whole term, and both must be fixed.
+    ``b`` (PyMC's rate) may vary per row and may be a function of one free
+    scalar variable (returned as a :class:`~pymc_sgs.free_rate.FreeRate`, which
+    ``SplitGibbs`` then owns); ``kappa`` (or ``q``) must be fixed and one value
+    for the whole term. Returns ``(term, free_rate or None)``.
     """
-    from .detect import UnsupportedModelError
+    from .detect import UnsupportedModelError, _free_rvs_in
 
     b_graph, kappa_graph = rv.owner.inputs[2], rv.owner.inputs[3]
     name = rv.name
-    instead = (
-        "A free b (or kappa / q) is not supported: fix it (e.g. at a pilot estimate), or sample "
-        "this model with NUTS."
-    )
-    b = _fixed_values(b_graph, "the parameter b (rate) of the AsymmetricLaplace likelihood", name,
-                      model, y.shape, instead)
+    instead = "A free kappa / q is not supported: fix it, or sample this model with NUTS."
     kappa = _fixed_values(kappa_graph, "the asymmetry kappa (or q) of the AsymmetricLaplace "
                           "likelihood", name, model, y.shape, instead)
+    free_rate = None
+    if _free_rvs_in([b_graph], model):
+        free_rate = _free_rate(rv, b_graph, model, y, theta_rvs, term_index)
+        b = free_rate.rates(model.initial_point()[free_rate.value_name]).ravel()
+    else:
+        b = _fixed_values(b_graph, "the parameter b (rate) of the AsymmetricLaplace likelihood",
+                          name, model, y.shape, instead)
     if not (np.all(np.isfinite(b)) and np.all(b > 0)):
         raise ValueError(
             f"observed variable {name!r}: the AsymmetricLaplace parameter b must be positive and "
@@ -77,7 +82,62 @@ def asymmetric_laplace_term(rv, model, A, offset, y) -> SplitTerm:
         )
     family = AsymmetricLaplaceIdentity(float(kappa[0]) if kappa.size else 1.0)
     family.validate(y, b, name)
-    return SplitTerm(name, family, A, offset, y, b)
+    if free_rate is not None:
+        free_rate.kappa = family.kappa
+    return SplitTerm(name, family, A, offset, y, b), free_rate
+
+
+def _free_rate(rv, b_graph, model, y, theta_rvs, term_index):
+    """The :class:`FreeRate` of a likelihood whose ``b`` depends on one free scalar variable."""
+    import pytensor
+
+    from .detect import UnsupportedModelError, _free_rvs_in, _shape_of
+
+    name = rv.name
+    free = _free_rvs_in([b_graph], model)
+    where = f"the parameter b (rate) of the AsymmetricLaplace likelihood of {name!r}"
+    if set(free) & set(theta_rvs):
+        raise UnsupportedModelError(
+            f"{where} depends on the coefficient(s) {[r.name for r in free if r in theta_rvs]}; "
+            "b must be data or a function of a separate variable."
+        )
+    if len(free) > 1:
+        raise UnsupportedModelError(
+            f"{where} depends on several free variables {[r.name for r in free]}; SplitGibbs "
+            "can own one free scalar variable for b (e.g. b = pm.HalfNormal(...)). Fix the "
+            "others, or sample this model with NUTS."
+        )
+    (phi,) = free
+    if int(np.prod(_shape_of(phi))) != 1:
+        raise UnsupportedModelError(
+            f"{where} depends on the non-scalar free variable {phi.name!r}; SplitGibbs can own "
+            "one free scalar variable for b."
+        )
+    # phi's conditional must be its prior times this likelihood only
+    for other in model.basic_RVs:
+        if other is rv or other is phi:
+            continue
+        if phi in _free_rvs_in(other.owner.inputs[2:], model):
+            raise UnsupportedModelError(
+                f"{where} depends on {phi.name!r}, which {other.name!r} also depends on; "
+                f"SplitGibbs updates {phi.name!r} from this likelihood and its prior only. Use a "
+                "separate variable for b, or sample this model with NUTS."
+            )
+    for pot in model.potentials:
+        if phi in _free_rvs_in([pot], model):
+            raise UnsupportedModelError(
+                f"{where} depends on {phi.name!r}, which pm.Potential {pot.name!r} also "
+                "involves; SplitGibbs cannot include it. Sample this model with NUTS."
+            )
+    value = model.rvs_to_values[phi]
+    (b_val,) = model.replace_rvs_by_values([b_graph])
+    rate_fn = pytensor.function([value], b_val, on_unused_input="ignore")
+    prior_logp = model.compile_logp(vars=[phi], jacobian=True)
+    return FreeRate(
+        term_index=term_index, value_name=value.name, rate_fn=rate_fn, prior_logp=prior_logp,
+        kappa=1.0, y=np.asarray(y, dtype=float), value_shape=tuple(value.type.shape or ()),
+        value_dtype=str(value.dtype),
+    )
 
 
 def laplace_prior_term(rv, model, param, d) -> tuple[SplitTerm, np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ back end that runs the kernel per data shard can reuse it unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import numpy as np
@@ -141,6 +142,8 @@ class SplitGibbsKernel:
         self.log_weights = bool(log_weights)
         self.n_nodes = int(n_nodes)
         self.A, self.offset = problem.stacked_split()
+        # the terms as sampled; a kinked term's rate may be replaced (set_term_rate)
+        self.split_terms = list(problem.split_terms)
         self.rho = validate_rho(rho, self.A.shape[0])
         self._slices = problem.term_slices()
         self._rho_rows = np.broadcast_to(self.rho, (self.A.shape[0],))
@@ -180,6 +183,18 @@ class SplitGibbsKernel:
                 for t, sl in zip(problem.split_terms, self._slices)
             ]
 
+    def set_term_rate(self, index: int, rate) -> None:
+        """Replace the per-row rate (``trials``) of the kinked split term ``index``.
+
+        For an asymmetric Laplace likelihood whose rate ``b`` another update
+        (:mod:`pymc_sgs.free_rate`) changes between sweeps.
+        """
+        term = self.split_terms[index]
+        if not isinstance(term.family, PiecewiseLinearFamily):
+            raise ValueError(f"split term {term.name!r} has no rate to set.")
+        rate = np.broadcast_to(np.asarray(rate, dtype=float), (term.n,))
+        self.split_terms[index] = dataclasses.replace(term, trials=rate)
+
     def set_rho(self, rho) -> None:
         """Change the coupling (e.g. while tuning it); refactors ``theta | z``."""
         self.rho = validate_rho(rho, self.A.shape[0])
@@ -212,7 +227,7 @@ class SplitGibbsKernel:
         z = np.empty(n)
         mode = np.empty(n)
         n_prop = 0
-        for term, sl in zip(self.problem.split_terms, self._slices):
+        for term, sl in zip(self.split_terms, self._slices):
             if isinstance(term.family, PiecewiseLinearFamily):
                 # kinked potentials: exact inversion of the two-piece CDF (pymc_sgs.nonsmooth)
                 draw = sample_z_piecewise(
@@ -237,7 +252,7 @@ class SplitGibbsKernel:
         z_new = np.empty(n)
         mode = np.empty(n)
         acc = 0.0
-        for term, sl in zip(self.problem.split_terms, self._slices):
+        for term, sl in zip(self.split_terms, self._slices):
             if isinstance(term.family, PiecewiseLinearFamily):
                 # no Laplace approximation at a kink: over-relax in the exact CDF's copula
                 mv = move_z_piecewise(
@@ -266,7 +281,7 @@ class SplitGibbsKernel:
         centre = self.A @ theta + self.offset
         total = 0.0
         mode = np.empty(n)
-        for term, sl in zip(self.problem.split_terms, self._slices):
+        for term, sl in zip(self.split_terms, self._slices):
             if isinstance(term.family, PiecewiseLinearFamily):
                 # closed form (normal CDFs), exact where quadrature would not be
                 rows, mode[sl] = log_weight_rows_piecewise(
@@ -301,7 +316,7 @@ class SplitGibbsKernel:
         log_w = 0.0
         theta = np.ascontiguousarray(theta, dtype=float)
         for (A, off, y, trials), code, sl, term, pw in zip(
-            self._term_data, self._codes, self._slices, self.problem.split_terms, self._piecewise
+            self._term_data, self._codes, self._slices, self.split_terms, self._piecewise
         ):
             m = sl.stop - sl.start
             if pw:

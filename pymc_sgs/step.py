@@ -102,6 +102,10 @@ class SplitGibbs(BlockedStep):
     Hierarchical Normal priors (random effects ``u ~ Normal(0, tau)`` with
     ``tau`` free) work the same way: NUTS updates ``tau`` given ``u``, and
     SplitGibbs refactors the precision of ``theta | z`` when ``tau`` changed.
+    The rate ``b`` of an asymmetric Laplace likelihood (quantile regression)
+    is different: its conditional involves the split variables, so when it is
+    a function of a free variable SplitGibbs owns that variable and
+    slice-samples it given ``z`` (:mod:`pymc_sgs.free_rate`).
 
     Sampler stats (in ``idata.sample_stats``): ``rho``; ``z_proposals``, the
     mean number of Gaussian proposals per exact ``z_i`` draw (``alpha=0``);
@@ -162,6 +166,13 @@ class SplitGibbs(BlockedStep):
             )
         model = pm.modelcontext(model)
         self.detected = detect_split_problem(model, vars, split_gaussian=split_gaussian)
+        self.free_rates = list(self.detected.free_rates)
+        if self.free_rates and exact:
+            raise ValueError(
+                "exact=True is not available when the rate b of an AsymmetricLaplace likelihood "
+                f"is free ({[r.value_name for r in self.free_rates]}): its update targets the "
+                "split model. Use exact=False (the default) with psis_summary, or fix b."
+            )
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
@@ -173,6 +184,9 @@ class SplitGibbs(BlockedStep):
         self.bias_tol = bias_tol
         self.vars = [model[name] for name in self.detected.value_var_names]
         self.vars = [model.rvs_to_values.get(v, v) for v in self.vars]
+        # free AsymmetricLaplace rates are updated here too (pymc_sgs.free_rate)
+        by_name = {v.name: v for v in model.value_vars}
+        self.vars += [by_name[r.value_name] for r in self.free_rates]
         self._free_sigma = any(s is not None for s in self.detected.sigma_sources)
         self.tune = True
         self.rho_tuner = (
@@ -220,6 +234,15 @@ class SplitGibbs(BlockedStep):
         if self._check_data:
             self._check_data_unchanged()
             self._check_data = False
+        rate_values = {}
+        for fr in self.free_rates:
+            sl = self.detected.problem.term_slices()[fr.term_index]
+            if self.z is not None:
+                # Gibbs update of b | z (the split model's conditional), before theta | z
+                rate_values[fr.value_name], rates = fr.update(point, self.z[sl], self.rng)
+            else:
+                rates = fr.rates(point[fr.value_name])
+            self.kernel.set_term_rate(fr.term_index, rates)
         if self.z_mode is None:
             state = self.kernel.init(theta, self.rng)
         else:
@@ -250,7 +273,9 @@ class SplitGibbs(BlockedStep):
                 self.log_weight, self.atz = float("nan"), None
         if not self.tune:
             self._check_health(stats)
-        return self._theta_to_point(state.theta, point), [stats]
+        new_point = self._theta_to_point(state.theta, point)
+        new_point.update(rate_values)
+        return new_point, [stats]
 
     def set_rng(self, rng):
         """PyMC hands every chain its Generator here, at the start of the chain.

@@ -195,13 +195,47 @@ def test_laplace_prior_with_bernoulli_detected():
 
 
 # -------------------------------------------------------------------- errors
-def test_error_free_b():
+def test_free_b_is_owned_and_exact_mode_refused():
     X, y = _lasso_data()
-    with pm.Model():
+    with pm.Model() as model:
         beta = pm.Normal("beta", 0.0, 1.0, shape=4)
         b = pm.HalfNormal("b", 1.0)
         pm.AsymmetricLaplace("y", mu=X @ beta, b=b, q=0.5, observed=y)
-        with pytest.raises(UnsupportedModelError, match=r"b \(rate\).*'y'.*\['b'\].*fixed"):
+        step = pymc_sgs.SplitGibbs(rho=0.2)
+        assert [v.name for v in step.vars] == ["beta", "b_log__"]
+        (fr,) = step.free_rates
+        assert fr.term_index == 0 and fr.value_name == "b_log__"
+        np.testing.assert_allclose(fr.rates(np.log(1.7)), 1.7)
+        # the prior log density includes the Jacobian of the log transform
+        point = model.initial_point()
+        ref = pm.logp(pm.HalfNormal.dist(1.0), 1.7).eval() + np.log(1.7)
+        assert float(fr.prior_logp({**point, "b_log__": np.log(1.7)})) == pytest.approx(ref)
+        with pytest.raises(ValueError, match=r"exact=True is not available.*\['b_log__'\]"):
+            pymc_sgs.SplitGibbs(rho=0.2, exact=True)
+
+
+def test_error_b_depends_on_coefficients_or_is_shared():
+    X, y = _lasso_data()
+    with pm.Model():
+        beta = pm.Normal("beta", 0.0, 1.0, shape=4)
+        pm.AsymmetricLaplace("y", mu=X @ beta, b=pm.math.exp(beta[0]), q=0.5, observed=y)
+        with pytest.raises(UnsupportedModelError, match=r"b \(rate\).*'y' depends on the "
+                           r"coefficient\(s\) \['beta'\]"):
+            pymc_sgs.SplitGibbs(rho=0.2)
+    with pm.Model():
+        beta = pm.Normal("beta", 0.0, 1.0, shape=4)
+        s = pm.HalfNormal("s", 1.0)
+        pm.AsymmetricLaplace("y", mu=X @ beta, b=1 / s, q=0.5, observed=y)
+        pm.Normal("other", 0.0, s, observed=y)
+        with pytest.raises(UnsupportedModelError, match=r"'y' depends on 's', which 'other' also "
+                           r"depends on"):
+            pymc_sgs.SplitGibbs(rho=0.2)
+    with pm.Model():
+        beta = pm.Normal("beta", 0.0, 1.0, shape=4)
+        s1 = pm.HalfNormal("s1", 1.0)
+        s2 = pm.HalfNormal("s2", 1.0)
+        pm.AsymmetricLaplace("y", mu=X @ beta, b=s1 * s2, q=0.5, observed=y)
+        with pytest.raises(UnsupportedModelError, match=r"several free variables \['s1', 's2'\]"):
             pymc_sgs.SplitGibbs(rho=0.2)
 
 
@@ -369,6 +403,56 @@ def test_exact_mode_quantile_regression_1d():
     assert max(abs(zm_rho), abs(zs_rho)) > Z_MAX, (zm, zs, zm_rho, zs_rho)
 
 
+def test_intercept_only_quantile_regression_free_b_exact_2d():
+    """mu ~ N(0, 3), b ~ HalfNormal(2) owned by SplitGibbs: exact posterior on a 2-D grid."""
+    rng = np.random.default_rng(6)
+    y = rng.gamma(2.0, 1.0, size=25)
+    q = 0.3
+    kappa = np.sqrt(q / (1 - q))
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 3.0)
+        b = pm.HalfNormal("b", 2.0)
+        pm.AsymmetricLaplace("y", mu=mu, b=b, q=q, observed=y)
+
+    def moments(prior_sd):
+        m = np.linspace(np.min(y) - 1.5, np.max(y) + 1.5, 3001)
+        bb = np.linspace(1e-3, 4.0, 1200)
+        u = y[None, :] - m[:, None]
+        r = np.sum(np.where(u > 0, kappa * u, -u / kappa), axis=1)  # check losses / b
+        lp = (-m[:, None] ** 2 / 18 - bb[None, :] ** 2 / (2 * prior_sd**2)
+              + y.size * np.log(bb)[None, :] - bb[None, :] * r[:, None])
+        w = np.exp(lp - lp.max())
+        w /= w.sum()
+        out = []
+        for grid in (m[:, None], bb[None, :]):
+            mean = float(np.sum(w * grid))
+            out.append((mean, float(np.sqrt(np.sum(w * (grid - mean) ** 2)))))
+        return out
+
+    idata = _sample(model, {"rho": 0.02}, draws=3000, tune=300, chains=2, random_seed=16)
+    for (mean, sd), name in zip(moments(2.0), ["mu", "b"]):
+        zm, zs = _z(idata.posterior[name].values, mean, sd)
+        assert abs(zm) < Z_MAX and abs(zs) < Z_MAX, (name, zm, zs)
+    # negative control: a much tighter prior on b gives another posterior of b
+    (mean_w, sd_w) = moments(0.3)[1]
+    zm_w, zs_w = _z(idata.posterior["b"].values, mean_w, sd_w)
+    assert max(abs(zm_w), abs(zs_w)) > Z_MAX
+
+
+def test_free_b_same_seed_same_draws():
+    rng = np.random.default_rng(6)
+    y = rng.gamma(2.0, 1.0, size=25)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 3.0)
+        b = pm.HalfNormal("b", 2.0)
+        pm.AsymmetricLaplace("y", mu=mu, b=b, q=0.3, observed=y)
+    runs = [_sample(model, {"rho": 0.1}, draws=50, tune=20, chains=1, random_seed=s)
+            for s in (3, 3, 4)]
+    b0, b1, b2 = (r.posterior["b"].values for r in runs)
+    np.testing.assert_array_equal(b0, b1)
+    assert not np.array_equal(b0, b2)
+
+
 def test_large_rho_matches_split_model_and_psis_corrects_it_1d():
     """At rho = 0.6 the chain targets pi_rho (closed form), ~0.9 sd off pi; the weights fix it."""
     b, rho = 0.25, 0.6
@@ -459,6 +543,28 @@ def test_quantile_regression_vs_long_nuts(q):
         pm.AsymmetricLaplace("y", mu=a + slope * x, b=2.0, q=0.5 if q != 0.5 else 0.7,
                              observed=y)
     z_wrong = _compare_to_nuts(sgs, _nuts(wrong, 23, draws=5000), ["a", "slope"])
+    assert np.max(np.abs(z_wrong)) > Z_MAX
+
+
+@pytest.mark.slow
+def test_quantile_regression_free_b_vs_long_nuts():
+    x, y = _heteroscedastic()
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 10.0)
+        slope = pm.Normal("slope", 0.0, 10.0)
+        b = pm.HalfNormal("b", 2.0)
+        pm.AsymmetricLaplace("y", mu=a + slope * x, b=b, q=0.75, observed=y)
+    sgs = _sample(model, {"rho": 0.02}, draws=10000, tune=1000, chains=4, random_seed=24)
+    nuts = _nuts(model, 25)
+    z = _compare_to_nuts(sgs, nuts, ["a", "slope", "b"])
+    assert np.all(np.abs(z) < Z_MAX), z
+    # negative control: b fixed at three times its posterior mean (a narrower posterior)
+    b_hat = float(nuts.posterior["b"].mean())
+    with pm.Model() as wrong:
+        a = pm.Normal("a", 0.0, 10.0)
+        slope = pm.Normal("slope", 0.0, 10.0)
+        pm.AsymmetricLaplace("y", mu=a + slope * x, b=3 * b_hat, q=0.75, observed=y)
+    z_wrong = _compare_to_nuts(sgs, _nuts(wrong, 26, draws=5000), ["a", "slope"])
     assert np.max(np.abs(z_wrong)) > Z_MAX
 
 
