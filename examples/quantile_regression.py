@@ -149,7 +149,8 @@ def main(argv=None):
     ax.scatter(x, y, s=8, color="grey", alpha=0.5, label="data")
     for k, q in enumerate(QUANTILES):
         a0, s0 = true_line(q)
-        ax.plot(grid, a0 + s0 * grid, ":", color="k", lw=1, label="true quantile" if k == 0 else None)
+        ax.plot(grid, a0 + s0 * grid, ":", color="k", lw=1,
+                label="true quantile" if k == 0 else None)
         for idata, name, ls, color in [(results[q][0], "SplitGibbs", "-", "C0"),
                                        (results[q][1], "NUTS", "--", "C1")]:
             post = az.extract(idata, var_names=VAR_NAMES)

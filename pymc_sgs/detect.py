@@ -256,8 +256,8 @@ def _gaussian_prior(rv, model, size):
     if model.rvs_to_transforms.get(rv) is not None:
         raise UnsupportedModelError(
             f"coefficient {name!r} has a transformed ({_dist_name(rv)}) prior. SplitGibbs needs "
-            "Normal, MvNormal, Laplace or Flat priors on the variables of the linear predictor; use one "
-            "of those, or sample this model with NUTS."
+            "Normal, MvNormal, Laplace or Flat priors on the variables of the linear predictor; "
+            "use one of those, or sample this model with NUTS."
         )
     params = rv.owner.inputs[2:]
     hyper = _free_rvs_in(params, model)
@@ -309,8 +309,8 @@ def _gaussian_prior(rv, model, size):
         return mu.copy(), inv_chol.T @ inv_chol, None
     raise UnsupportedModelError(
         f"coefficient {name!r} has a {_dist_name(rv)} prior. SplitGibbs needs Normal, MvNormal, "
-        "Laplace or Flat priors on the variables of the linear predictor; use one of those, or sample "
-        "this model with NUTS."
+        "Laplace or Flat priors on the variables of the linear predictor; use one of those, or "
+        "sample this model with NUTS."
     )
 
 

@@ -113,7 +113,7 @@ class FreeRate:
         return np.where(d < 0, -self.kappa * d, d / self.kappa)
 
     def update(self, point, z, rng: np.random.Generator):
-        """Slice-sample ``phi`` given the term's split variables ``z``; returns ``(value, rates)``."""
+        """Slice-sample ``phi`` given the term's split variables ``z``: ``(value, rates)``."""
         r = self.check_losses(z)
         x0 = float(np.asarray(point[self.value_name], dtype=float).ravel()[0])
         x1 = slice_sample(lambda x: self.log_conditional(x, point, r), x0, rng, self.width)

@@ -295,7 +295,7 @@ def move_z_piecewise(family, y, trials, centre, rho, z, alpha: float, rng) -> ZM
 
 
 def log_weight_rows_piecewise(family, y, trials, centre, rho):
-    """Exact per-row ``log p(y_i | c_i) - log E_{z ~ N(c_i, rho_i^2)} p(y_i | z)``; also the centres.
+    """Exact per-row ``log p(y_i | c_i) - log E_{z ~ N(c_i, rho_i^2)} p(y_i | z)``; and the centres.
 
     The normalising constant of the likelihood cancels, leaving
     ``-U(c) - log(M_lo + M_hi)`` (see the module docstring).

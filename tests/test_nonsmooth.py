@@ -328,7 +328,7 @@ def _z(draws, mean, sd):
 
 
 def _laplace_1d_model(b=0.25):
-    """beta ~ Laplace(0, b), four y_i ~ N(beta, 1) with mean 1.5: the kink is 1.4 sd from the mean."""
+    """beta ~ Laplace(0, b), four y_i ~ N(beta, 1) with mean 1.5 (the kink 1.4 sd from the mean)."""
     e = np.random.default_rng(7).normal(size=4)
     y = 1.5 + e - e.mean()
     with pm.Model() as model:
