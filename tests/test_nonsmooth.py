@@ -535,6 +535,7 @@ def test_quantile_regression_vs_long_nuts(q):
     sgs = _sample(model, {"rho": 0.02}, draws=10000, tune=1000, chains=4, random_seed=21)
     nuts = _nuts(model, 22)
     z = _compare_to_nuts(sgs, nuts, ["a", "slope"])
+    print("z-scores (mean, sd) against NUTS:", np.round(z, 2).tolist())
     assert np.all(np.abs(z) < Z_MAX), z
     # negative control: the NUTS posterior of another quantile
     with pm.Model() as wrong:
@@ -543,6 +544,7 @@ def test_quantile_regression_vs_long_nuts(q):
         pm.AsymmetricLaplace("y", mu=a + slope * x, b=2.0, q=0.5 if q != 0.5 else 0.7,
                              observed=y)
     z_wrong = _compare_to_nuts(sgs, _nuts(wrong, 23, draws=5000), ["a", "slope"])
+    print("negative control, max |z|:", round(float(np.max(np.abs(z_wrong))), 1))
     assert np.max(np.abs(z_wrong)) > Z_MAX
 
 
@@ -557,6 +559,7 @@ def test_quantile_regression_free_b_vs_long_nuts():
     sgs = _sample(model, {"rho": 0.02}, draws=10000, tune=1000, chains=4, random_seed=24)
     nuts = _nuts(model, 25)
     z = _compare_to_nuts(sgs, nuts, ["a", "slope", "b"])
+    print("z-scores (mean, sd) against NUTS:", np.round(z, 2).tolist())
     assert np.all(np.abs(z) < Z_MAX), z
     # negative control: b fixed at three times its posterior mean (a narrower posterior)
     b_hat = float(nuts.posterior["b"].mean())
@@ -565,6 +568,7 @@ def test_quantile_regression_free_b_vs_long_nuts():
         slope = pm.Normal("slope", 0.0, 10.0)
         pm.AsymmetricLaplace("y", mu=a + slope * x, b=3 * b_hat, q=0.75, observed=y)
     z_wrong = _compare_to_nuts(sgs, _nuts(wrong, 26, draws=5000), ["a", "slope"])
+    print("negative control, max |z|:", round(float(np.max(np.abs(z_wrong))), 1))
     assert np.max(np.abs(z_wrong)) > Z_MAX
 
 
@@ -582,6 +586,7 @@ def test_bayesian_lasso_vs_long_nuts():
     sgs = _sample(model, {"rho": 0.02}, draws=10000, tune=1000, chains=4, random_seed=31)
     nuts = _nuts(model, 32)
     z = _compare_to_nuts(sgs, nuts, ["a", "beta"])
+    print("z-scores (mean, sd) against NUTS:", np.round(z, 2).tolist())
     assert np.all(np.abs(z) < Z_MAX), z
     # negative control: Normal priors with the same variance
     with pm.Model() as wrong:
@@ -589,6 +594,7 @@ def test_bayesian_lasso_vs_long_nuts():
         beta = pm.Normal("beta", 0.0, 0.3 * np.sqrt(2), shape=d)
         pm.Normal("y", mu=a + X @ beta, sigma=1.0, observed=y)
     z_wrong = _compare_to_nuts(sgs, _nuts(wrong, 33, draws=5000), ["a", "beta"])
+    print("negative control, max |z|:", round(float(np.max(np.abs(z_wrong))), 1))
     assert np.max(np.abs(z_wrong)) > Z_MAX
 
 
