@@ -631,3 +631,20 @@ def test_numba_engine_with_laplace_prior_reproduces_numpy(exact):
     for _ in range(20):
         state, _ = k.exact_step(state, rng, 3) if exact else k.sweep(state, rng)
     assert not np.allclose(state.theta, runs["numba"][-1][0], rtol=1e-8, atol=1e-8)
+
+
+def test_per_row_rho_likelihood_rows_first_then_prior_rows():
+    X, y = _lasso_data()
+    with pm.Model():
+        a = pm.Normal("a", 0.0, 2.0)
+        beta = pm.Laplace("beta", 0.0, 0.5, shape=4)
+        pm.Bernoulli("yb", logit_p=a + X @ beta, observed=(y > 0).astype(float))
+        rho = np.r_[np.full(30, 0.3), np.full(4, 0.05)]
+        step = pymc_sgs.SplitGibbs(rho=rho)
+        rows = step.kernel._rho_rows
+        sl_lik, sl_prior = step.detected.problem.term_slices()
+        np.testing.assert_array_equal(rows[sl_lik], 0.3)
+        np.testing.assert_array_equal(rows[sl_prior], 0.05)
+        assert "n_split=34" in repr(step)
+        with pytest.raises(ValueError, match=r"one value per split row \(34\)"):
+            pymc_sgs.SplitGibbs(rho=np.full(30, 0.3))
