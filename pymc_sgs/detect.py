@@ -42,6 +42,12 @@ from pytensor.tensor.random.basic import (
 import pymc as pm
 from pymc.distributions.continuous import FlatRV
 
+from .detect_nonsmooth import (
+    asymmetric_laplace_term,
+    is_asymmetric_laplace,
+    is_laplace,
+    laplace_prior_term,
+)
 from .families import FAMILIES
 from .problem import GaussianTerm, ParamSlice, SplitProblem, SplitTerm
 
@@ -51,7 +57,8 @@ SUPPORTED = (
     "Bernoulli and Binomial with logit or probit link (logit_p=eta, p=pm.math.invlogit(eta) "
     "or p=pm.math.invprobit(eta)), Poisson, NegativeBinomial (mu, alpha), Gamma (alpha, "
     "beta=alpha/mu) and Exponential with log link (mu=pm.math.exp(eta)), Normal and StudentT "
-    "with identity link (mu=eta)"
+    "with identity link (mu=eta), "
+    "AsymmetricLaplace with identity link (mu=eta, fixed kappa or q)"
 )
 
 
@@ -86,6 +93,10 @@ class DetectedModel:
         SplitGibbs owns and updates given ``z``; ``prior_logp(point)`` is the
         log density of the variable's prior in its transformed (value) space,
         Jacobian included.
+    free_rates : list
+        :class:`~pymc_sgs.free_rate.FreeRate` of every asymmetric Laplace term
+        whose rate is a function of a free variable; SplitGibbs owns and
+        updates those variables too.
     """
 
     problem: SplitProblem
@@ -94,6 +105,7 @@ class DetectedModel:
     prior_sources: list = field(default_factory=list)
     nuisance_sources: list = field(default_factory=list)
     nuisance_vars: list = field(default_factory=list)
+    free_rates: list = field(default_factory=list)
 
     def nuisance_values(self, point) -> dict:
         """``{split term index: {parameter: value}}`` of the free nuisance parameters at ``point``."""
@@ -244,6 +256,12 @@ def _classify_observed(rv, model):
         return term if _free_rvs_in([mu], model) else None
     elif isinstance(op, NormalRV):
         return _ObservedTerm(rv, "gaussian", "normal", params[0], None, sigma=params[1])
+    elif is_asymmetric_laplace(rv):
+        # quantile regression: identity link, the kinked potential is split (pymc_sgs.nonsmooth)
+        mu = params[2]
+        if not set(model.free_RVs).intersection(ancestors([mu], blockers=model.free_RVs)):
+            return None
+        return _ObservedTerm(rv, "nonsmooth", "asymmetric_laplace", mu, None)
     else:
         return None
     free = set(model.free_RVs)
@@ -318,7 +336,7 @@ def _gaussian_prior(rv, model, size):
     if model.rvs_to_transforms.get(rv) is not None:
         raise UnsupportedModelError(
             f"coefficient {name!r} has a transformed ({_dist_name(rv)}) prior. SplitGibbs needs "
-            "Normal, MvNormal or Flat priors on the variables of the linear predictor; use one "
+            "Normal, MvNormal, Laplace or Flat priors on the variables of the linear predictor; use one "
             "of those, or sample this model with NUTS."
             + (
                 " (Bambi: its group-specific terms are non-centred by default, "
@@ -375,9 +393,9 @@ def _gaussian_prior(rv, model, size):
         inv_chol = np.linalg.inv(chol)
         return mu.copy(), inv_chol.T @ inv_chol, None
     raise UnsupportedModelError(
-        f"coefficient {name!r} has a {_dist_name(rv)} prior. SplitGibbs needs Normal, MvNormal "
-        "or Flat priors on the variables of the linear predictor; use one of those, or sample "
-        "this model with NUTS."
+        f"coefficient {name!r} has a {_dist_name(rv)} prior. SplitGibbs needs Normal, MvNormal, "
+        "Laplace or Flat priors on the variables of the linear predictor; use one of those, or "
+        "sample this model with NUTS."
     )
 
 
@@ -680,14 +698,19 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
 
     # priors first: a non-Gaussian (e.g. transformed) prior would otherwise
     # surface as a non-affine predictor
-    params, means, precs, prior_sources = [], [], [], []
+    params, means, precs, prior_sources, laplace_priors = [], [], [], [], []
     start = 0
     for rv in theta_rvs:
         shape = _shape_of(rv)
         size = int(np.prod(shape))
-        mean, prec, scale_source = _gaussian_prior(rv, model, size)
         vv = model.rvs_to_values[rv]
         params.append(ParamSlice(vv.name, shape, start, start + size, str(vv.dtype)))
+        if is_laplace(rv):
+            # Bayesian lasso: the prior is split too (rows e_j^T), built once d is known
+            laplace_priors.append((rv, params[-1]))
+            mean, prec, scale_source = np.zeros(size), np.zeros((size, size)), None
+        else:
+            mean, prec, scale_source = _gaussian_prior(rv, model, size)
         means.append(mean)
         precs.append(prec)
         if scale_source is not None:
@@ -706,9 +729,17 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     init = model.initial_point()
     nuisance_sources = []
 
-    split_terms, gaussian_terms, sigma_sources = [], [], []
+    split_terms, gaussian_terms, sigma_sources, free_rates = [], [], [], []
     for t, A, off in zip(terms, cols, offsets):
         y = t.y.ravel()
+        if t.kind == "nonsmooth":
+            term, free_rate = asymmetric_laplace_term(
+                t.rv, model, A, off, y, theta_rvs, len(split_terms)
+            )
+            split_terms.append(term)
+            if free_rate is not None:
+                free_rates.append(free_rate)
+            continue
         if t.kind == "split":
             trials = None
             if t.trials is not None:
@@ -756,6 +787,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
             gaussian_terms.append(GaussianTerm(t.rv.name, A, off, y, sigma))
             sigma_sources.append(None)
 
+    for rv, p in laplace_priors:
+        split_terms.append(laplace_prior_term(rv, model, p, d)[0])
+
     _check_identified(prior_precision, split_terms, gaussian_terms, theta_rvs)
     problem = SplitProblem(
         params=tuple(params),
@@ -770,7 +804,7 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     ]
     return DetectedModel(
         problem, [p.name for p in params], sigma_sources, prior_sources, nuisance_sources,
-        nuisance_vars,
+        nuisance_vars, free_rates=free_rates,
     )
 
 

@@ -12,6 +12,7 @@ back end that runs the kernel per data shard can reuse it unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import numpy as np
@@ -19,6 +20,12 @@ import scipy.sparse
 
 from .conditionals import GaussianThetaConditional, mh_z_move, overrelaxed_z_move, sample_z_exact
 from .fused import family_code, fused_z_pass
+from .nonsmooth import (
+    PiecewiseLinearFamily,
+    log_weight_rows_piecewise,
+    move_z_piecewise,
+    sample_z_piecewise,
+)
 from .problem import SplitProblem
 from .theta_cg import CGThetaConditional
 from .weights import N_NODES, NEAR_GAUSSIAN, gauss_hermite_nodes, log_weight_rows
@@ -133,7 +140,9 @@ class SplitGibbsKernel:
         predictor, the z-move, the weights and ``A^T z`` into one compiled pass
         over the rows (:mod:`pymc_sgs.fused`); ``"numpy"`` is the vectorised
         reference path. ``"auto"`` picks numba when every split family has a
-        compiled form. Both consume the same random numbers in the same order.
+        compiled form (the kinked terms of :mod:`pymc_sgs.nonsmooth` are
+        numpy closed forms in either engine). Both consume the same random
+        numbers in the same order.
     theta_solver : {"auto", "cholesky", "cg"}
         How ``theta | z`` is drawn: ``"cholesky"`` factors the d x d precision
         once (:class:`~pymc_sgs.conditionals.GaussianThetaConditional`);
@@ -163,6 +172,8 @@ class SplitGibbsKernel:
         self.log_weights = bool(log_weights)
         self.n_nodes = int(n_nodes)
         self.A, self.offset = problem.stacked_split()
+        # the terms as sampled; a kinked term's rate may be replaced (set_term_rate)
+        self.split_terms = list(problem.split_terms)
         self.rho = validate_rho(rho, self.A.shape[0])
         self._slices = problem.term_slices()
         # current families: nuisance parameters (e.g. NegativeBinomial alpha) change them
@@ -196,13 +207,14 @@ class SplitGibbsKernel:
         if engine not in ("auto", "numba", "numpy"):
             raise ValueError(f"engine must be 'auto', 'numba' or 'numpy'; received {engine!r}.")
         codes = [family_code(f) for f in self.families]
-        if engine == "numba" and any(c is None for c in codes):
+        # kinked terms have closed forms (pymc_sgs.nonsmooth), called per term in either engine
+        self._piecewise = [isinstance(f, PiecewiseLinearFamily) for f in self.families]
+        uncompiled = any(c is None and not pw for c, pw in zip(codes, self._piecewise))
+        if engine == "numba" and uncompiled:
             raise ValueError("engine='numba' has no compiled form for some of the families.")
         if engine == "numba" and sparse:
             raise ValueError("engine='numba' needs a dense design; received a scipy.sparse one.")
-        self.engine = (
-            "numpy" if engine == "numpy" or sparse or any(c is None for c in codes) else "numba"
-        )
+        self.engine = "numpy" if engine == "numpy" or sparse or uncompiled else "numba"
         if dtype == "float32" and self.engine != "numba":
             raise ValueError(
                 "dtype='float32' applies to the compiled pass, which is not available here "
@@ -238,11 +250,23 @@ class SplitGibbsKernel:
     def term_log_likelihood(self, index: int, z, family=None) -> float:
         """``sum_i log p(y_i | z_i)`` over the rows of split term ``index`` (all constants included)."""
         fam = self.families[index] if family is None else family
-        term = self.problem.split_terms[index]
+        term = self.split_terms[index]
         sl = self._slices[index]
         with np.errstate(over="ignore", invalid="ignore"):
             out = float(np.sum(fam.log_likelihood(z[sl], term.y, term.trials)))
         return out if not np.isnan(out) else -np.inf
+
+    def set_term_rate(self, index: int, rate) -> None:
+        """Replace the per-row rate (``trials``) of the kinked split term ``index``.
+
+        For an asymmetric Laplace likelihood whose rate ``b`` another update
+        (:mod:`pymc_sgs.free_rate`) changes between sweeps.
+        """
+        term = self.split_terms[index]
+        if not isinstance(term.family, PiecewiseLinearFamily):
+            raise ValueError(f"split term {term.name!r} has no rate to set.")
+        rate = np.broadcast_to(np.asarray(rate, dtype=float), (term.n,))
+        self.split_terms[index] = dataclasses.replace(term, trials=rate)
 
     def set_rho(self, rho) -> None:
         """Change the coupling (e.g. while tuning it); refactors ``theta | z``."""
@@ -287,9 +311,19 @@ class SplitGibbsKernel:
         mode = np.empty(n)
         n_prop = n_exact = 0
         acc = 0.0
-        for fam, term, sl in zip(self.families, self.problem.split_terms, self._slices):
+        for fam, term, sl in zip(self.families, self.split_terms, self._slices):
             m = sl.stop - sl.start
-            if fam.log_concave:
+            if isinstance(fam, PiecewiseLinearFamily):
+                # kinked potentials: exact inversion of the two-piece CDF (pymc_sgs.nonsmooth)
+                draw = sample_z_piecewise(
+                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], rng
+                )
+                z_new[sl] = draw.z
+                mode[sl] = draw.mode
+                n_prop += draw.n_proposals
+                n_exact += m
+                acc += m
+            elif fam.log_concave:
                 draw = sample_z_exact(
                     fam, term.y, term.trials, centre[sl], self._rho_rows[sl], rng, z_mode[sl]
                 )
@@ -315,8 +349,14 @@ class SplitGibbsKernel:
         z_new = np.empty(n)
         mode = np.empty(n)
         acc = 0.0
-        for fam, term, sl in zip(self.families, self.problem.split_terms, self._slices):
-            if fam.log_concave:
+        for fam, term, sl in zip(self.families, self.split_terms, self._slices):
+            if isinstance(fam, PiecewiseLinearFamily):
+                # no Laplace approximation at a kink: over-relax in the exact CDF's copula
+                mv = move_z_piecewise(
+                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
+                    self.alpha, rng,
+                )
+            elif fam.log_concave:
                 mv = overrelaxed_z_move(
                     fam, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
                     self.alpha, rng, z_mode[sl],
@@ -343,7 +383,14 @@ class SplitGibbsKernel:
         centre = self.A @ theta + self.offset
         total = 0.0
         mode = np.empty(n)
-        for fam, term, sl in zip(self.families, self.problem.split_terms, self._slices):
+        for fam, term, sl in zip(self.families, self.split_terms, self._slices):
+            if isinstance(fam, PiecewiseLinearFamily):
+                # closed form (normal CDFs), exact where quadrature would not be
+                rows, mode[sl] = log_weight_rows_piecewise(
+                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl]
+                )
+                total += float(np.sum(rows))
+                continue
             rows, mode[sl] = log_weight_rows(
                 fam, term.y, term.trials, centre[sl], self._rho_rows[sl],
                 None if z_mode is None else z_mode[sl], self.n_nodes,
@@ -374,8 +421,24 @@ class SplitGibbsKernel:
         acc = 0.0
         log_w = 0.0
         theta = np.ascontiguousarray(theta, dtype=float)
-        for (A, off, y, trials), code, sl in zip(self._term_data, self._codes, self._slices):
+        for (A, off, y, trials), code, sl, term, pw in zip(
+            self._term_data, self._codes, self._slices, self.split_terms, self._piecewise
+        ):
             m = sl.stop - sl.start
+            if pw:
+                # same calls, same random numbers as the numpy path
+                rho = self._rho_rows[sl]
+                centre = A @ theta + off
+                mv = move_z_piecewise(term.family, y, term.trials, centre, rho, z[sl],
+                                      self.alpha, rng)
+                z_new[sl], mode[sl] = mv.z, mv.mode
+                atz += A.T @ ((mv.z - off) / rho**2)
+                acc += m
+                if weights:
+                    log_w += float(np.sum(
+                        log_weight_rows_piecewise(term.family, y, term.trials, centre, rho)[0]
+                    ))
+                continue
             eps = rng.standard_normal(m)
             u = rng.random(m)
             a, acc_t, lw_t = fused_z_pass(

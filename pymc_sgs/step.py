@@ -135,6 +135,10 @@ class SplitGibbs(BlockedStep):
     Hierarchical Normal priors (random effects ``u ~ Normal(0, tau)`` with
     ``tau`` free) work the same way: NUTS updates ``tau`` given ``u``, and
     SplitGibbs refactors the precision of ``theta | z`` when ``tau`` changed.
+    The rate ``b`` of an asymmetric Laplace likelihood (quantile regression)
+    is different: its conditional involves the split variables, so when it is
+    a function of a free variable SplitGibbs owns that variable and
+    slice-samples it given ``z`` (:mod:`pymc_sgs.free_rate`).
 
     Sampler stats (in ``idata.sample_stats``): ``rho``; ``z_proposals``, the
     mean number of Gaussian proposals per exact ``z_i`` draw (``alpha=0``);
@@ -222,14 +226,22 @@ class SplitGibbs(BlockedStep):
             )
         model = pm.modelcontext(model)
         self.detected = detect_split_problem(model, vars, split_gaussian=split_gaussian)
+        self.free_rates = list(self.detected.free_rates)
+        if self.free_rates and exact:
+            raise ValueError(
+                "exact=True is not available when the rate b of an AsymmetricLaplace likelihood "
+                f"is free ({[r.value_name for r in self.free_rates]}): its update targets the "
+                "split model. Use exact=False (the default) with psis_summary, or fix b."
+            )
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
         self.backend = backend
-        if self.detected.nuisance_vars and not (
-            isinstance(backend, LocalBackend) and backend.n_shards is None
-        ):
-            names = [name for name, _ in self.detected.nuisance_vars]
+        owned = [name for name, _ in self.detected.nuisance_vars] + [
+            r.value_name for r in self.free_rates
+        ]
+        if owned and not (isinstance(backend, LocalBackend) and backend.n_shards is None):
+            names = owned
             raise ValueError(
                 f"the likelihood parameters {names} are updated by SplitGibbs given z, which "
                 f"needs every row in this process; received backend={backend.describe()}. Use "
@@ -247,6 +259,8 @@ class SplitGibbs(BlockedStep):
         self._nuisance_names = [name for name, _ in self.detected.nuisance_vars]
         by_name = {v.name: v for v in model.value_vars}
         self.vars += [by_name[name] for name in self._nuisance_names]
+        # free AsymmetricLaplace rates are updated here too (pymc_sgs.free_rate)
+        self.vars += [by_name[r.value_name] for r in self.free_rates]
         self._free_sigma = any(s is not None for s in self.detected.sigma_sources)
         self.tune = True
         self.rho_tuner = (
@@ -301,6 +315,15 @@ class SplitGibbs(BlockedStep):
         if self._nuisance_names:
             self._check_nuisance_unchanged(point)
             self._set_families(point)
+        rate_values = {}
+        for fr in self.free_rates:
+            sl = self.detected.problem.term_slices()[fr.term_index]
+            if self.z is not None:
+                # Gibbs update of b | z (the split model's conditional), before theta | z
+                rate_values[fr.value_name], rates = fr.update(point, self.z[sl], self.rng)
+            else:
+                rates = fr.rates(point[fr.value_name])
+            self.kernel.set_term_rate(fr.term_index, rates)
         if self.z_mode is None:
             state = self.kernel.init(theta, self.rng)
         else:
@@ -340,7 +363,9 @@ class SplitGibbs(BlockedStep):
             self._check_health(stats)
         if self._nuisance_names:
             self.nuisance_out = {nm: np.array(point[nm], copy=True) for nm in self._nuisance_names}
-        return self._theta_to_point(state.theta, point), [stats]
+        new_point = self._theta_to_point(state.theta, point)
+        new_point.update(rate_values)
+        return new_point, [stats]
 
     # ------------------------------------------------------- nuisance parameters
     def _set_families(self, point):

@@ -37,6 +37,10 @@ CASES = {
     "ess_per_second.py": ["ess_per_second.png"],
     "poisson_regression.py": ["poisson_posterior.png", "poisson_fit.png"],
     "bambi_glms.py": ["bambi_glms.png"],
+    "quantile_regression.py": [
+        "quantile_regression_fit.png",
+        "quantile_regression_posterior.png",
+    ],
 }
 #: examples whose quick run takes over a minute of CPU (six models, each also under NUTS)
 SLOW = {"bambi_glms.py"}
