@@ -14,6 +14,7 @@ from pymc.util import get_random_generator
 
 from .detect import detect_split_problem
 from .kernel import SGSState, SplitGibbsKernel, validate_alpha, validate_rho
+from .shards import ShardKernel, validate_n_shards
 from .rho import RhoTuner, validate_bias_tol
 
 #: starting value of rho="auto" (in linear-predictor units)
@@ -89,6 +90,18 @@ class SplitGibbs(BlockedStep):
         PyMC replaces it by a per-chain Generator through :meth:`set_rng`.
     split_gaussian : bool
         Test-only: split Normal-identity likelihoods too.
+    split : {"observations", "shards"}
+        Splitting strategy of the paper (Section 5.3.1). ``"observations"``
+        (strategy 1, default): one scalar ``z_i`` per observation, ``A_i = x_i^T``.
+        ``"shards"`` (strategy 2): the rows are cut into ``n_shards`` contiguous
+        shards, one ``z_s in R^d`` per shard with ``A_s = I_d``, drawn exactly
+        by the d-dimensional rejection sampler of Proposition 3
+        (:class:`pymc_sgs.shards.ShardKernel`). It needs a fixed scalar
+        ``rho``, ``alpha=0``, ``exact=False`` and a single split likelihood;
+        importance weights are not available (``log_weight`` is nan).
+    n_shards : int, optional
+        Number of shards ``b`` for ``split="shards"`` (required there, not
+        allowed otherwise).
 
     Notes
     -----
@@ -141,6 +154,8 @@ class SplitGibbs(BlockedStep):
         rng=None,
         split_gaussian: bool = False,
         blocked: bool = True,
+        split: str = "observations",
+        n_shards: int | None = None,
     ):
         # parameters are checked before the model is read, so mistakes surface at once
         self.auto_rho = isinstance(rho, str) and rho == "auto"
@@ -152,6 +167,8 @@ class SplitGibbs(BlockedStep):
                 )
             validate_rho(rho, np.size(rho))
         validate_alpha(alpha)
+        _check_split_args(split, n_shards, rho, alpha, exact)
+        self.split = split
         bias_tol = validate_bias_tol(bias_tol)
         if isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 1:
             raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
@@ -165,9 +182,12 @@ class SplitGibbs(BlockedStep):
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
-        self.kernel = SplitGibbsKernel(
-            self.detected.problem, start_rho, alpha, log_weights=log_weights
-        )
+        if split == "shards":
+            self.kernel = ShardKernel(self.detected.problem, rho, n_shards)
+        else:
+            self.kernel = SplitGibbsKernel(
+                self.detected.problem, start_rho, alpha, log_weights=log_weights
+            )
         self.exact = bool(exact)
         self.exact_sweeps = int(exact_sweeps)
         self.bias_tol = bias_tol
@@ -334,6 +354,35 @@ class SplitGibbs(BlockedStep):
         if var.dtype in pm.discrete_types:
             return Competence.INCOMPATIBLE
         return Competence.COMPATIBLE
+
+
+def _check_split_args(split, n_shards, rho, alpha, exact):
+    """Validate the splitting strategy and what it requires of the other arguments."""
+    if split not in ("observations", "shards"):
+        raise ValueError(f"split must be 'observations' or 'shards'; received {split!r}.")
+    if split == "observations":
+        if n_shards is not None:
+            raise ValueError(
+                f"n_shards applies only to split='shards'; received n_shards={n_shards!r} with "
+                "split='observations'."
+            )
+        return
+    validate_n_shards(n_shards)
+    if isinstance(rho, str) or np.ndim(rho) != 0:
+        raise ValueError(
+            "split='shards' needs a fixed scalar rho (rho='auto' relies on importance weights, "
+            f"which are not available for d-dimensional shards); received rho={rho!r}."
+        )
+    if alpha != 0:
+        raise ValueError(
+            "split='shards' draws every z_s exactly and has no over-relaxed z-move; pass "
+            f"alpha=0. Received alpha={alpha!r}."
+        )
+    if exact:
+        raise ValueError(
+            "exact=True needs importance weights, which split='shards' cannot compute; "
+            "received exact=True with split='shards'."
+        )
 
 
 def _digest(value):
