@@ -179,6 +179,7 @@ def main(argv=None):
     fig.tight_layout()
     fig.savefig(args.outdir / "table6_rejection.png", dpi=120)
     print(f"wrote {args.outdir / 'table6_rejection.png'}")
+    return cells
 
 
 if __name__ == "__main__":
