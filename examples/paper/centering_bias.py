@@ -96,7 +96,7 @@ def main(argv=None):
                 print(" | ".join(map(str, rows[-1])), flush=True)
     text = (
         f"# Centering at the MAP: bias of pi_rho ({'quick' if args.quick else 'full'} run, seed "
-        f"{args.seed})\n\n"
+        f"{args.seed})\n\n<!-- body -->\n\n"
         f"Logistic regression, n = {N}, d = {D}, offset {OFFSET}, prior N(0, {PRIOR_SD}^2 I); "
         f"NUTS reference 4 x {nuts_draws} draws; strategy 1: {T1} sweeps, alpha = -0.99; "
         f"strategy 2: b = {B}, {T2} sweeps, exact z-draws. Bias in posterior sd units "

@@ -152,7 +152,7 @@ def main(argv=None):
     step_rows = [[r] + [f"{cells[(r, d, n)][3]:.1f}" for d in DS for n in ns] for r in rows_ours[1:]]
     text = (
         f"# Table 6: proposals per exact z-draw ({'quick run' if args.quick else 'full run'}, "
-        f"T = {T} sweeps after {burn} burn-in, seed {args.seed})\n\n"
+        f"T = {T} sweeps after {burn} burn-in, seed {args.seed})\n\n<!-- body -->\n\n"
         "Ours: `mean / max` = mean over all draws / largest per-variable average (the paper "
         "reports the latter). The paper's b values were lost from our copy of the text; its "
         "three SGS 2 rows are listed in order next to ours (b = 2, 5, 10).\n\n"

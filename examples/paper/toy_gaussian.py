@@ -205,10 +205,10 @@ def main(argv=None):
 
     text = (
         f"# Toy Gaussian (Sections 3.2, 4.1.2) ({'quick' if args.quick else 'full'} run, seed "
-        f"{args.seed})\n\n"
+        f"{args.seed})\n\n<!-- body -->\n\n"
         f"mu = {MU}, sigma = {SIGMA}; strategy 1: b = {B1} potentials, bias in TV; strategy 2: "
         "b = 1 (A = I), bias in W1, as in the paper's Figure 2.\n\n"
-        "## Bias of pi_rho against rho (exact, and empirical from the kernels)\n\n"
+        "**Bias of pi_rho against rho (exact, and empirical from the kernels)**\n\n"
         + markdown_table(
             ["strategy", "b", "rho", "TV(pi_rho, pi) exact", "W1(pi_rho, pi) exact",
              "var pi_rho exact", f"var of chain ({n_long} sweeps) ± MCSE", "W1(chain, pi) empirical"],
@@ -219,8 +219,8 @@ def main(argv=None):
             ["strategy", "TV slope", "W1 slope"],
             [[s, f"{slopes[(s, 1)]:.3f}", f"{slopes[(s, 2)]:.3f}"] for s in (1, 2)],
         )
-        + f"\n\n## Convergence to pi_rho against iterations (rho = {rho_conv}, theta_0 = {THETA0}, "
-        f"{n_chains} independent chains)\n\n"
+        + f"\n\n**Convergence to pi_rho against iterations (rho = {rho_conv}, theta_0 = {THETA0}, "
+        f"{n_chains} independent chains)**\n\n"
         + markdown_table(
             ["strategy", "t", "mean exact", "mean chains ± MCSE", "var exact", "var chains",
              "TV(law_t, pi_rho) exact", "W1 exact", "W1 empirical"],
