@@ -63,6 +63,16 @@ def test_toy_gaussian_quick(tmp_path):
                 assert abs(var_hat - var_exact) < 4 * se, (rho, var_hat, var_exact, se)
 
 
+def test_gaussian_mixture_quick(tmp_path):
+    res = _load("gaussian_mixture").main(["--quick", "--outdir", str(tmp_path)])
+    _outputs_written(tmp_path, "gaussian_mixture")
+    for d, (sgs, ula, sec_sgs, sec_ula, checks) in res.items():
+        assert sgs is not None and ula is not None and sgs[0] >= 1 and ula[0] >= 1
+        # the simulated chains agree with the exact law of theta_K (second moments, 4 MCSE)
+        for emp, se, exact in checks:
+            assert abs(emp - exact) < 4 * se + 0.01, (d, emp, se, exact)
+
+
 @pytest.mark.slow
 def test_strategy_mixing_quick(tmp_path):
     res = _load("strategy_mixing").main(["--quick", "--outdir", str(tmp_path)])
