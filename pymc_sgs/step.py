@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
@@ -13,9 +14,13 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator
 
 from .backends import Backend, LocalBackend
+from .centering import center_problem
 from .detect import detect_split_problem
+from .families import BernoulliLogit, BinomialLogit, NormalIdentity, PoissonLog
 from .kernel import SGSState, validate_alpha, validate_rho, validate_theta_solver
+from .nonsmooth import PiecewiseLinearFamily
 from .nuisance import slice_sample
+from .shards import ShardKernel, validate_n_shards
 from .rho import RhoTuner, validate_bias_tol
 
 #: starting value of rho="auto" (in linear-predictor units)
@@ -111,6 +116,24 @@ class SplitGibbs(BlockedStep):
         (default, this process) or :class:`~pymc_sgs.backends.DaskBackend`
         (the z-block on row shards held by Dask workers; docs: "Distributed
         sampling").
+    split : {"observations", "shards"}
+        Splitting strategy of the paper (Section 5.3.1). ``"observations"``
+        (strategy 1, default): one scalar ``z_i`` per observation, ``A_i = x_i^T``.
+        ``"shards"`` (strategy 2): the rows are cut into ``n_shards`` contiguous
+        shards, one ``z_s in R^d`` per shard with ``A_s = I_d``, drawn exactly
+        by the d-dimensional rejection sampler of Proposition 3
+        (:class:`pymc_sgs.shards.ShardKernel`). It needs a fixed scalar
+        ``rho``, ``alpha=0``, ``exact=False`` and a single split likelihood;
+        importance weights are not available (``log_weight`` is nan).
+    n_shards : int, optional
+        Number of shards ``b`` for ``split="shards"`` (required there, not
+        allowed otherwise).
+    center : bool
+        Centre the split potentials at the MAP before sampling
+        (:func:`pymc_sgs.centering.center_problem`): ``pi`` is unchanged,
+        ``pi_rho`` becomes the smoothing of potentials whose minima all sit at
+        the MAP (the paper's assumption). Needs a proper Normal prior on every
+        coefficient, fixed Normal sigmas and no hierarchical prior scales.
 
     Notes
     -----
@@ -181,6 +204,9 @@ class SplitGibbs(BlockedStep):
         dtype: str = "float64",
         blocked: bool = True,
         backend=None,
+        split: str = "observations",
+        n_shards: int | None = None,
+        center: bool = False,
     ):
         # parameters are checked before the model is read, so mistakes surface at once
         if backend is None:
@@ -210,6 +236,8 @@ class SplitGibbs(BlockedStep):
                 f"dtype must be 'float64' or 'float32' (storage of the design for the compiled "
                 f"pass); received {dtype!r}."
             )
+        _check_split_args(split, n_shards, rho, alpha, exact)
+        self.split = split
         bias_tol = validate_bias_tol(bias_tol)
         if isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 1:
             raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
@@ -233,13 +261,15 @@ class SplitGibbs(BlockedStep):
                 f"is free ({[r.value_name for r in self.free_rates]}): its update targets the "
                 "split model. Use exact=False (the default) with psis_summary, or fix b."
             )
+        owned = [name for name, _ in self.detected.nuisance_vars] + [
+            r.value_name for r in self.free_rates
+        ]
+        if center:
+            self.detected = _centered(self.detected, owned)
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
         self.backend = backend
-        owned = [name for name, _ in self.detected.nuisance_vars] + [
-            r.value_name for r in self.free_rates
-        ]
         if owned and not (isinstance(backend, LocalBackend) and backend.n_shards is None):
             names = owned
             raise ValueError(
@@ -247,10 +277,14 @@ class SplitGibbs(BlockedStep):
                 f"needs every row in this process; received backend={backend.describe()}. Use "
                 "the default LocalBackend(), or fix these parameters."
             )
-        self.kernel = backend.build_kernel(
-            self.detected.problem, start_rho, alpha, bool(log_weights),
-            theta_solver=theta_solver, dtype=dtype,
-        )
+        if split == "shards":
+            _check_shards_model(self.detected, owned, backend, theta_solver, dtype)
+            self.kernel = ShardKernel(self.detected.problem, rho, n_shards)
+        else:
+            self.kernel = backend.build_kernel(
+                self.detected.problem, start_rho, alpha, bool(log_weights),
+                theta_solver=theta_solver, dtype=dtype,
+            )
         self.exact = bool(exact)
         self.exact_sweeps = int(exact_sweeps)
         self.bias_tol = bias_tol
@@ -526,6 +560,90 @@ def _validate_log_weights(log_weights) -> int:
         "log_weights must be True, False or a positive integer k (record the weights on every "
         f"k-th draw after tuning); received {log_weights!r}."
     )
+
+
+#: families whose potential is linear in y (canonical links): shifting y centres them
+_CENTERABLE = (BernoulliLogit, BinomialLogit, PoissonLog, NormalIdentity)
+
+
+def _centered(detected, owned=()):
+    """The detected model with its split potentials centred at the MAP."""
+    if owned:
+        raise ValueError(
+            f"center=True needs fixed likelihood parameters; {list(owned)} are free variables "
+            "updated by SplitGibbs (centring at one value would be wrong at the others). Use "
+            "center=False for this model."
+        )
+    other = [f"{t.name} ({t.family!r})" for t in detected.problem.split_terms
+             if not isinstance(t.family, _CENTERABLE)]
+    if other:
+        raise ValueError(
+            "center=True supports Bernoulli/Binomial-logit, Poisson-log and Normal terms, whose "
+            f"potentials are centred by shifting y; received {other}. Use center=False."
+        )
+    if detected.prior_sources:
+        raise ValueError(
+            "center=True needs fixed prior scales; the prior sd of "
+            + ", ".join(p.name for p, _, _ in detected.prior_sources)
+            + " is a free variable (hierarchical prior). Use center=False for this model."
+        )
+    problem, _ = center_problem(detected.problem)
+    return dataclasses.replace(detected, problem=problem)
+
+
+def _check_shards_model(detected, owned, backend, theta_solver, dtype):
+    """What split='shards' cannot combine with (checked once the model is read)."""
+    if owned:
+        raise ValueError(
+            f"split='shards' needs fixed likelihood parameters; {list(owned)} are free variables "
+            "updated by SplitGibbs given z. Use split='observations' for this model."
+        )
+    if not (isinstance(backend, LocalBackend) and backend.n_shards is None):
+        raise ValueError(
+            "split='shards' runs its shards in this process; received "
+            f"backend={backend.describe()}. Use the default backend, or split='observations'."
+        )
+    if theta_solver == "cg" or dtype != "float64":
+        raise ValueError(
+            "split='shards' has its own theta-step and float64 data; received "
+            f"theta_solver={theta_solver!r}, dtype={dtype!r}. Leave them at their defaults."
+        )
+    kinked = [t.name for t in detected.problem.split_terms
+              if isinstance(t.family, PiecewiseLinearFamily) or not t.family.log_concave]
+    if kinked:
+        raise ValueError(
+            f"split='shards' needs smooth log-concave potentials; received the terms {kinked}. "
+            "Use split='observations'."
+        )
+
+
+def _check_split_args(split, n_shards, rho, alpha, exact):
+    """Validate the splitting strategy and what it requires of the other arguments."""
+    if split not in ("observations", "shards"):
+        raise ValueError(f"split must be 'observations' or 'shards'; received {split!r}.")
+    if split == "observations":
+        if n_shards is not None:
+            raise ValueError(
+                f"n_shards applies only to split='shards'; received n_shards={n_shards!r} with "
+                "split='observations'."
+            )
+        return
+    validate_n_shards(n_shards)
+    if isinstance(rho, str) or np.ndim(rho) != 0:
+        raise ValueError(
+            "split='shards' needs a fixed scalar rho (rho='auto' relies on importance weights, "
+            f"which are not available for d-dimensional shards); received rho={rho!r}."
+        )
+    if alpha != 0:
+        raise ValueError(
+            "split='shards' draws every z_s exactly and has no over-relaxed z-move; pass "
+            f"alpha=0. Received alpha={alpha!r}."
+        )
+    if exact:
+        raise ValueError(
+            "exact=True needs importance weights, which split='shards' cannot compute; "
+            "received exact=True with split='shards'."
+        )
 
 
 def _digest(value):

@@ -7,6 +7,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
+import pymc_sgs
 from pymc_sgs import SplitGibbs, UnsupportedModelError
 
 N, D = 25, 3
@@ -612,3 +613,42 @@ def test_bambi_noncentered_group_term():
     with m.backend.model:
         with pytest.raises(UnsupportedModelError, match=r"'1\|g_sigma'.*noncentered=False"):
             SplitGibbs(rho=0.2)
+
+
+# ------------------------------------------- combinations of strategies and model features
+def test_center_needs_a_canonical_link_family(data):
+    X, _, _ = data
+    y = np.random.default_rng(0).poisson(2.0, N)
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.NegativeBinomial("y", mu=pm.math.exp(X @ b), alpha=2.0, observed=y)
+        with pytest.raises(ValueError, match=r"center=True supports Bernoulli/Binomial-logit, Poisson-log and Normal terms"):
+            SplitGibbs(rho=0.2, center=True)
+
+
+def test_center_with_a_free_likelihood_parameter(data):
+    X, _, _ = data
+    y = np.random.default_rng(0).poisson(2.0, N)
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        a = pm.Exponential("alpha", 1.0)
+        pm.NegativeBinomial("y", mu=pm.math.exp(X @ b), alpha=a, observed=y)
+        with pytest.raises(ValueError, match=r"center=True needs fixed likelihood parameters; \['alpha_log__'\]"):
+            SplitGibbs(rho=0.2, center=True)
+
+
+def test_shards_with_a_kinked_likelihood(data):
+    X, _, _ = data
+    y = np.random.default_rng(0).normal(size=N)
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.AsymmetricLaplace("y", mu=X @ b, b=1.0, kappa=1.0, observed=y)
+        with pytest.raises(ValueError, match=r"split='shards' needs smooth log-concave potentials; received the terms \['y'\]"):
+            SplitGibbs(rho=0.2, alpha=0, split="shards", n_shards=2)
+
+
+def test_shards_with_a_sharded_backend(data):
+    X, y, _ = data
+    with pytest.raises(ValueError, match=r"split='shards' runs its shards in this process; received backend=LocalBackend\(n_shards=2\)"):
+        logistic(X, y, rho=0.2, alpha=0, split="shards", n_shards=2,
+                 backend=pymc_sgs.LocalBackend(n_shards=2))
