@@ -23,7 +23,9 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+# appended, not prepended: benchmarks/ holds distributed.py, which must not shadow the dask
+# package in processes spawned later in the same test run (they inherit sys.path)
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 import sbc  # noqa: E402  (benchmarks/sbc.py)
 
