@@ -25,11 +25,18 @@ import math
 import numpy as np
 from numba import njit
 
-from .families import BernoulliLogit, BinomialLogit, Family, NormalIdentity, PoissonLog
+from .families import (
+    BernoulliLogit,
+    BinomialLogit,
+    Family,
+    NegativeBinomialLog,
+    NormalIdentity,
+    PoissonLog,
+)
 
-__all__ = ["family_code", "fused_z_pass"]
+__all__ = ["family_code", "row_parameter", "fused_z_pass"]
 
-LOGIT, LOG, IDENTITY = 0, 1, 2
+LOGIT, LOG, IDENTITY, NEGBIN = 0, 1, 2, 3
 
 
 def family_code(family: Family):
@@ -40,7 +47,18 @@ def family_code(family: Family):
         return LOG
     if isinstance(family, NormalIdentity):
         return IDENTITY
+    if isinstance(family, NegativeBinomialLog):
+        return NEGBIN
     return None
+
+
+def row_parameter(family: Family, trials, n: int) -> np.ndarray:
+    """The per-row parameter ``t`` of the compiled loop: trials, sigma, NegativeBinomial alpha or 1."""
+    if isinstance(family, NegativeBinomialLog):
+        value = family.params["alpha"]
+    else:
+        value = 1.0 if trials is None else trials
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=float), (n,)))
 
 
 @njit(cache=True)
@@ -60,6 +78,9 @@ def _softplus(z):
 
 @njit(cache=True)
 def _grad(code, z, y, t):
+    # NEGBIN: t = alpha, U = -y z + (y + alpha) softplus(z - log alpha)
+    if code == NEGBIN:
+        return -y + (y + t) * _expit(z - math.log(t))
     if code == LOGIT:
         return -y + t * _expit(z)
     if code == LOG:
@@ -69,6 +90,9 @@ def _grad(code, z, y, t):
 
 @njit(cache=True)
 def _hess(code, z, y, t):
+    if code == NEGBIN:
+        w = z - math.log(t)
+        return (y + t) * _expit(w) * _expit(-w)
     if code == LOGIT:
         return t * _expit(z) * _expit(-z)
     if code == LOG:
@@ -79,6 +103,8 @@ def _hess(code, z, y, t):
 @njit(cache=True)
 def _loglik(code, z, y, t):
     # log p(y | z) without z-free constants (they cancel in the weights)
+    if code == NEGBIN:
+        return y * z - (y + t) * _softplus(z - math.log(t))
     if code == LOGIT:
         return y * z - t * _softplus(z)
     if code == LOG:
@@ -91,6 +117,9 @@ def _bregman(code, z, z0, y, t):
     d = z - z0
     if d == 0.0:
         return 0.0
+    if code == NEGBIN:
+        w0 = z0 - math.log(t)
+        return (y + t) * max(_softplus(w0 + d) - _softplus(w0) - _expit(w0) * d, 0.0)
     if code == LOGIT:
         return t * max(_softplus(z) - _softplus(z0) - _expit(z0) * d, 0.0)
     if code == LOG:
@@ -140,7 +169,8 @@ def fused_z_pass(
     ----------
     A : (n, d) C-contiguous float64
     offset, y, trials, rho, z, z_mode, eps, u : (n,) float64
-        ``trials`` holds 1 for Bernoulli and sigma for the (test-only) Normal family.
+        ``trials`` holds 1 for Bernoulli, sigma for the (test-only) Normal family
+        and alpha for NegativeBinomial (:func:`row_parameter`).
     code : int
         Family code (:func:`family_code`).
     theta : (d,) float64
