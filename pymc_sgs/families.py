@@ -403,6 +403,11 @@ class NegativeBinomialLog(Family):
     def bregman(self, z, z0, y, trials=None):
         return (y + self.params["alpha"]) * _logistic_bregman(self._w(z), self._w(z0))
 
+    def third_fourth(self, z, y, trials=None):
+        # the logistic bounds (see BinomialLogit.third_fourth) with y + alpha trials
+        t = np.broadcast_to(np.asarray(y, dtype=float) + self.params["alpha"], np.shape(z))
+        return t / (6.0 * np.sqrt(3.0)), t / 8.0
+
 
 def _mills(z):
     """``phi(z) / Phi(z)`` (inverse Mills ratio), stable in both tails."""

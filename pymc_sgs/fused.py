@@ -25,11 +25,18 @@ import math
 import numpy as np
 from numba import njit
 
-from .families import BernoulliLogit, BinomialLogit, Family, NormalIdentity, PoissonLog
+from .families import (
+    BernoulliLogit,
+    BinomialLogit,
+    Family,
+    NegativeBinomialLog,
+    NormalIdentity,
+    PoissonLog,
+)
 
-__all__ = ["family_code", "fused_z_pass"]
+__all__ = ["family_code", "row_parameter", "fused_z_pass"]
 
-LOGIT, LOG, IDENTITY = 0, 1, 2
+LOGIT, LOG, IDENTITY, NEGBIN = 0, 1, 2, 3
 
 
 def family_code(family: Family):
@@ -40,7 +47,18 @@ def family_code(family: Family):
         return LOG
     if isinstance(family, NormalIdentity):
         return IDENTITY
+    if isinstance(family, NegativeBinomialLog):
+        return NEGBIN
     return None
+
+
+def row_parameter(family: Family, trials, n: int) -> np.ndarray:
+    """The per-row parameter ``t`` of the compiled loop: trials, sigma, NegativeBinomial alpha or 1."""
+    if isinstance(family, NegativeBinomialLog):
+        value = family.params["alpha"]
+    else:
+        value = 1.0 if trials is None else trials
+    return np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=float), (n,)))
 
 
 @njit(cache=True)
@@ -61,6 +79,18 @@ def _softplus(z):
 @njit(cache=True)
 def _grad_hess(code, z, y, t):
     """``U'(z)``, ``U''(z)`` and, for the logit link, ``e = exp(-|z|)`` (reused by softplus)."""
+    if code == NEGBIN:
+        # t = alpha: a logistic potential in w = z - log(alpha) with y + alpha trials
+        w = z - math.log(t)
+        if w >= 0.0:
+            e = math.exp(-w)
+            p = 1.0 / (1.0 + e)
+            q = e * p
+        else:
+            e = math.exp(w)
+            q = 1.0 / (1.0 + e)
+            p = e * q
+        return (y + t) * p - y, (y + t) * p * q, e
     if code == LOGIT:
         # one exp gives p = expit(z) and q = 1 - p, both to full relative precision
         if z >= 0.0:
@@ -79,9 +109,12 @@ def _grad_hess(code, z, y, t):
 
 
 @njit(cache=True)
-def _non_gaussianity(code, z, h, e, t, s):
+def _non_gaussianity(code, z, h, e, y, t, s):
     """``|U'''(z)| s^3 + |U''''(z)| s^4`` from ``U''(z) = h`` and ``e`` of :func:`_grad_hess`."""
     s3 = s * s * s
+    if code == NEGBIN:
+        # the logistic bounds with y + alpha trials
+        return (y + t) * s3 * (0.09622504486493763 + 0.125 * s)
     if code == LOGIT:
         # global bounds |U'''| <= t / (6 sqrt 3), |U''''| <= t / 8 (see BinomialLogit.third_fourth)
         return t * s3 * (0.09622504486493763 + 0.125 * s)
@@ -92,6 +125,9 @@ def _non_gaussianity(code, z, h, e, t, s):
 
 @njit(cache=True)
 def _grad(code, z, y, t):
+    # NEGBIN: t = alpha, U = -y z + (y + alpha) softplus(z - log alpha)
+    if code == NEGBIN:
+        return -y + (y + t) * _expit(z - math.log(t))
     if code == LOGIT:
         return -y + t * _expit(z)
     if code == LOG:
@@ -101,6 +137,9 @@ def _grad(code, z, y, t):
 
 @njit(cache=True)
 def _hess(code, z, y, t):
+    if code == NEGBIN:
+        w = z - math.log(t)
+        return (y + t) * _expit(w) * _expit(-w)
     if code == LOGIT:
         return t * _expit(z) * _expit(-z)
     if code == LOG:
@@ -111,6 +150,8 @@ def _hess(code, z, y, t):
 @njit(cache=True)
 def _loglik(code, z, y, t):
     # log p(y | z) without z-free constants (they cancel in the weights)
+    if code == NEGBIN:
+        return y * z - (y + t) * _softplus(z - math.log(t))
     if code == LOGIT:
         return y * z - t * _softplus(z)
     if code == LOG:
@@ -123,6 +164,9 @@ def _bregman(code, z, z0, y, t):
     d = z - z0
     if d == 0.0:
         return 0.0
+    if code == NEGBIN:
+        w0 = z0 - math.log(t)
+        return (y + t) * max(_softplus(w0 + d) - _softplus(w0) - _expit(w0) * d, 0.0)
     if code == LOGIT:
         return t * max(_softplus(z) - _softplus(z0) - _expit(z0) * d, 0.0)
     if code == LOG:
@@ -195,7 +239,8 @@ def fused_z_pass(
     ----------
     A : (n, d) C-contiguous float64
     offset, y, trials, rho, z, z_mode, eps, u : (n,) float64
-        ``trials`` holds 1 for Bernoulli and sigma for the (test-only) Normal family.
+        ``trials`` holds 1 for Bernoulli, sigma for the (test-only) Normal family
+        and alpha for NegativeBinomial (:func:`row_parameter`).
     code : int
         Family code (:func:`family_code`).
     theta : (d,) float64
@@ -247,7 +292,7 @@ def fused_z_pass(
             # integrand relative to its value at the mode: every term is <= exp(x_k^2 / 2)
             # for a log-concave likelihood, so one pass needs no max-shift
             f_m = _loglik(code, m, yi, ti) - 0.5 * ((m - c) * (m - c)) * inv_r2
-            near = _non_gaussianity(code, m, curv, e, ti, s) <= near_gaussian
+            near = _non_gaussianity(code, m, curv, e, yi, ti, s) <= near_gaussian
             xs = nodes_lo if near else nodes
             lws = log_wx_lo if near else log_wx
             total = 0.0

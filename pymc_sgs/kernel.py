@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse
 
 from .conditionals import GaussianThetaConditional, mh_z_move, overrelaxed_z_move, sample_z_exact
-from .fused import family_code, fused_z_pass
+from .fused import family_code, fused_z_pass, row_parameter
 from .nonsmooth import (
     PiecewiseLinearFamily,
     log_weight_rows_piecewise,
@@ -228,11 +228,9 @@ class SplitGibbsKernel:
                     np.ascontiguousarray(self.A[sl], dtype=np.float32 if dtype == "float32" else np.float64),
                     np.ascontiguousarray(t.offset, dtype=float),
                     np.ascontiguousarray(t.y, dtype=float),
-                    np.ascontiguousarray(
-                        np.broadcast_to(1.0 if t.trials is None else t.trials, (t.n,)), dtype=float
-                    ),
+                    row_parameter(f, t.trials, t.n),
                 )
-                for t, sl in zip(problem.split_terms, self._slices)
+                for f, t, sl in zip(self.families, problem.split_terms, self._slices)
             ]
 
     def set_family(self, index: int, family) -> None:
@@ -246,6 +244,10 @@ class SplitGibbsKernel:
                 f"split term {index} is {self.families[index]!r}; received a {type(family).__name__}."
             )
         self.families[index] = family
+        if self.engine == "numba":
+            A, off, y, _ = self._term_data[index]
+            term = self.problem.split_terms[index]
+            self._term_data[index] = (A, off, y, row_parameter(family, term.trials, term.n))
 
     def term_log_likelihood(self, index: int, z, family=None) -> float:
         """``sum_i log p(y_i | z_i)`` over the rows of split term ``index`` (all constants included)."""

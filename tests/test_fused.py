@@ -8,6 +8,9 @@ from pymc_sgs.kernel import SplitGibbsKernel
 from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
 
 
+NUISANCE = {"negativebinomial": {"alpha": 2.5}}
+
+
 def _problem(family, n=300, d=4, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) / np.sqrt(d)
@@ -20,13 +23,15 @@ def _problem(family, n=300, d=4, seed=0):
         y = rng.binomial(trials.astype(int), 1 / (1 + np.exp(-eta))).astype(float)
     elif family == "poisson":
         y = rng.poisson(np.exp(eta + 1.0)).astype(float)
+    elif family == "negativebinomial":
+        y = rng.negative_binomial(2.5, 2.5 / (2.5 + np.exp(eta + 1.0))).astype(float)
     else:
         trials = np.full(n, 0.7)  # the Normal family's sigma
         y = eta + 0.7 * rng.normal(size=n)
     # two terms sharing theta, to exercise the per-term loop
     half = n // 2
     terms = tuple(
-        SplitTerm(f"y{k}", FAMILIES[family], X[sl], np.full(sl.stop - sl.start, 0.1 * k), y[sl],
+        SplitTerm(f"y{k}", FAMILIES[family].bind(**NUISANCE.get(family, {})), X[sl], np.full(sl.stop - sl.start, 0.1 * k), y[sl],
                   None if trials is None else trials[sl])
         for k, sl in enumerate([slice(0, half), slice(half, n)])
     )
@@ -38,7 +43,7 @@ def _problem(family, n=300, d=4, seed=0):
     )
 
 
-@pytest.mark.parametrize("family", ["bernoulli", "binomial", "poisson", "normal"])
+@pytest.mark.parametrize("family", ["bernoulli", "binomial", "poisson", "normal", "negativebinomial"])
 @pytest.mark.parametrize("exact", [False, True])
 def test_numba_path_reproduces_numpy_path(family, exact):
     prob = _problem(family)
@@ -82,3 +87,31 @@ def test_engine_validation():
     prob = _problem("bernoulli")
     with pytest.raises(ValueError, match="engine"):
         SplitGibbsKernel(prob, rho=0.4, engine="fortran")
+
+
+def test_numba_path_follows_nuisance_changes():
+    # NegativeBinomial alpha changed between sweeps (as SplitGibbs's slice update does):
+    # both paths use the new value
+    prob = _problem("negativebinomial")
+    runs = {}
+    for engine in ("numpy", "numba"):
+        k = SplitGibbsKernel(prob, rho=0.4, alpha=-0.95, log_weights=True, engine=engine)
+        rng = np.random.default_rng(3)
+        state = k.init(np.zeros(prob.d), rng)
+        out = []
+        for i in range(20):
+            for j, fam in enumerate(k.families):
+                k.set_family(j, fam.bind(alpha=1.0 + 0.2 * i))
+            state, info = k.sweep(state, rng)
+            out.append((state.theta.copy(), info.log_weight))
+        runs[engine] = out
+    for (t0, w0), (t1, w1) in zip(runs["numpy"], runs["numba"]):
+        np.testing.assert_allclose(t1, t0, rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(w1, w0, rtol=1e-8, atol=1e-6)
+    # negative control: without the change on one path the chains part
+    k = SplitGibbsKernel(prob, rho=0.4, alpha=-0.95, log_weights=True, engine="numba")
+    rng = np.random.default_rng(3)
+    state = k.init(np.zeros(prob.d), rng)
+    for _ in range(20):
+        state, _ = k.sweep(state, rng)
+    assert not np.allclose(state.theta, runs["numpy"][-1][0], rtol=1e-8, atol=1e-8)
