@@ -80,7 +80,8 @@ def _softplus(z):
 def _grad_hess(code, z, y, t):
     """``U'(z)``, ``U''(z)`` and, for the logit link, ``e = exp(-|z|)`` (reused by softplus)."""
     if code == NEGBIN:
-        # t = alpha: a logistic potential in w = z - log(alpha) with y + alpha trials
+        # t = alpha: U = -y z + (y + alpha) softplus(w), a logistic potential in
+        # w = z - log(alpha) with y + alpha trials
         w = z - math.log(t)
         if w >= 0.0:
             e = math.exp(-w)
@@ -124,30 +125,6 @@ def _non_gaussianity(code, z, h, e, y, t, s):
 
 
 @njit(cache=True)
-def _grad(code, z, y, t):
-    # NEGBIN: t = alpha, U = -y z + (y + alpha) softplus(z - log alpha)
-    if code == NEGBIN:
-        return -y + (y + t) * _expit(z - math.log(t))
-    if code == LOGIT:
-        return -y + t * _expit(z)
-    if code == LOG:
-        return -y + math.exp(z)
-    return (z - y) / (t * t)
-
-
-@njit(cache=True)
-def _hess(code, z, y, t):
-    if code == NEGBIN:
-        w = z - math.log(t)
-        return (y + t) * _expit(w) * _expit(-w)
-    if code == LOGIT:
-        return t * _expit(z) * _expit(-z)
-    if code == LOG:
-        return math.exp(z)
-    return 1.0 / (t * t)
-
-
-@njit(cache=True)
 def _loglik(code, z, y, t):
     # log p(y | z) without z-free constants (they cancel in the weights)
     if code == NEGBIN:
@@ -183,7 +160,7 @@ def _mode(code, y, t, c, rho, z0, tol, max_iter):
     """Mode of ``U(z) + (z - c)^2 / (2 rho^2)`` and ``U'``, ``U''``, ``e`` there (see find_z_mode)."""
     inv_r2 = 1.0 / (rho * rho)
     # keep the far end of the bracket finite (Poisson far above its mode overflows)
-    other = min(max(c - rho * rho * _grad(code, c, y, t), -1e300), 1e300)
+    other = min(max(c - rho * rho * _grad_hess(code, c, y, t)[0], -1e300), 1e300)
     lo = min(c, other)
     hi = max(c, other)
     z = min(max(z0, lo), hi)
