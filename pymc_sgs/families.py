@@ -264,15 +264,7 @@ class PoissonLog(Family):
     link = "log"
 
     def validate(self, y, trials, where):
-        y = np.asarray(y, dtype=float)
-        _check_finite(y, f"observed data of {where!r}")
-        _check_integers(y, f"observed data of {where!r} (Poisson counts)")
-        if np.any(y < 0):
-            i = np.flatnonzero((y < 0).ravel())[0]
-            raise ValueError(
-                f"observed data of {where!r} must be non-negative counts for a Poisson "
-                f"likelihood; received {float(y.ravel()[i]):g} at flat index {i}."
-            )
+        _check_counts(y, where, "Poisson")
 
     def potential(self, z, y, trials=None):
         return -y * z + np.exp(z)
