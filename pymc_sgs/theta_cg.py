@@ -96,6 +96,7 @@ class CGThetaConditional:
         self._sigma_w = [None] * len(self._gaussian)
         self._gaussian_linear = np.zeros(self.d)
         self.iterations = 0  # CG iterations of the last solve (a cost diagnostic)
+        self._prior_precision = None
         self.set_prior_precision(prior_precision)
         self.set_rho(rho)
 
@@ -103,6 +104,8 @@ class CGThetaConditional:
     def set_prior_precision(self, prior_precision) -> None:
         """Change ``P_0`` (hierarchical scales); it must be positive definite."""
         P = prior_precision
+        if self._prior_precision is not None and np.array_equal(P, self._prior_precision):
+            return  # called every sweep by the step; the root only changes with P
         root = _root_of_psd(P)
         smallest = np.min(root[1]) if root[0] == "diag" else np.min(np.linalg.svd(root[1], compute_uv=False))
         if not smallest > 0.0:
