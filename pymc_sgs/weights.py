@@ -78,20 +78,22 @@ def smoothed_log_likelihood(
     y = np.broadcast_to(np.asarray(y, dtype=float), (n,))
     trials = None if trials is None else np.broadcast_to(np.asarray(trials, dtype=float), (n,))
 
-    def rule(k):
+    def rule(k, rows=slice(None)):
         x, log_wx = gauss_hermite_nodes(k)
-        z = m[:, None] + s[:, None] * x[None, :]
-        tk = None if trials is None else trials[:, None]
-        log_prior = -0.5 * ((z - eta[:, None]) / rho[:, None]) ** 2 - np.log(rho[:, None] * np.sqrt(2 * np.pi))
-        terms = family.log_likelihood(z, y[:, None], tk) + log_prior + log_wx[None, :]
-        return np.log(s) + logsumexp(terms, axis=1)
+        mr, sr, er, rr = m[rows, None], s[rows, None], eta[rows, None], rho[rows, None]
+        z = mr + sr * x[None, :]
+        tk = None if trials is None else trials[rows, None]
+        log_prior = -0.5 * ((z - er) / rr) ** 2 - np.log(rr * np.sqrt(2 * np.pi))
+        terms = family.log_likelihood(z, y[rows, None], tk) + log_prior + log_wx[None, :]
+        return np.log(s[rows]) + logsumexp(terms, axis=1)
 
     higher = family.third_fourth(m, y, trials)
     if higher is None or n_nodes < 8:
         return rule(n_nodes), m
-    out = rule(n_nodes)
     near = np.abs(higher[0]) * s**3 + np.abs(higher[1]) * s**4 <= NEAR_GAUSSIAN
-    out[near] = rule(n_nodes // 2)[near]
+    out = np.empty(n)
+    out[near] = rule(n_nodes // 2, near)
+    out[~near] = rule(n_nodes, ~near)
     return out, m
 
 
