@@ -65,6 +65,12 @@ def psis_weights(idata):
         draws without a recorded weight (``SplitGibbs(log_weights=k)``).
     khat : float
     """
+    w, khat, _ = _psis(idata)
+    return w, khat
+
+
+def _psis(idata):
+    """:func:`psis_weights` and the number of weighted draws."""
     lw_all = _log_weights(idata)
     # SplitGibbs(log_weights=k) records weights on every k-th draw only: use those draws
     # (draws without a weight get weight 0)
@@ -88,7 +94,7 @@ def psis_weights(idata):
     w = np.exp(smoothed - np.max(smoothed))
     out = np.zeros(lw_all.shape)
     out[:, keep] = (w / w.sum()).reshape(lw.shape)
-    return out.reshape(-1), float(khat)
+    return out.reshape(-1), float(khat), flat.size
 
 
 def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
@@ -112,7 +118,7 @@ def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
         ``attrs["khat"]`` and ``attrs["weight_ess"]`` (Kish ESS of the weights
         as a fraction of the weighted draws).
     """
-    w, khat = psis_weights(idata)
+    w, khat, n_weighted = _psis(idata)
     post = idata.posterior
     names = list(post.data_vars) if var_names is None else list(var_names)
     rows, index = [], []
@@ -128,7 +134,6 @@ def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
             index.append(name if flat.shape[1] == 1 else f"{name}[{_index_label(v.shape[2:], j)}]")
     df = pd.DataFrame(rows, index=index, columns=["mean", "sd", "mean_rho", "sd_rho", "shift"])
     df.attrs["khat"] = khat
-    n_weighted = int(np.count_nonzero(np.isfinite(_log_weights(idata))))
     df.attrs["weight_ess"] = float(1.0 / np.sum(w**2) / n_weighted)
     if warn and khat > KHAT_OK:
         level = "unreliable" if khat > KHAT_BAD else "slowly converging"
