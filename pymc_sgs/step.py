@@ -17,11 +17,12 @@ from .backends import Backend, LocalBackend
 from .centering import center_problem
 from .detect import detect_split_problem
 from .families import BernoulliLogit, BinomialLogit, NormalIdentity, PoissonLog
-from .kernel import SGSState, validate_alpha, validate_rho, validate_theta_solver
+from .kernel import SGSState, SplitGibbsKernel, validate_alpha, validate_rho, validate_theta_solver
 from .nonsmooth import PiecewiseLinearFamily
 from .nuisance import slice_sample
 from .shards import ShardKernel, validate_n_shards
-from .rho import RhoTuner, validate_bias_tol
+from .rho import RhoTuner, pilot_rho, validate_bias_tol
+from .start import laplace_start, validate_init
 
 #: starting value of rho="auto" (in linear-predictor units)
 AUTO_RHO_START = 0.5
@@ -134,6 +135,17 @@ class SplitGibbs(BlockedStep):
         ``pi_rho`` becomes the smoothing of potentials whose minima all sit at
         the MAP (the paper's assumption). Needs a proper Normal prior on every
         coefficient, fixed Normal sigmas and no hierarchical prior scales.
+    init : {"laplace", "point"}
+        Where each chain's burn-in starts. ``"laplace"`` (default): at the
+        first tuning step, move the coefficients to a draw from the Laplace
+        approximation ``N(theta*, H^-1)`` of the posterior (Newton from
+        PyMC's initial point, with every prior and likelihood parameter at
+        its current value; :mod:`pymc_sgs.start`), so burn-in and the tuning
+        of rho start inside the posterior instead of drifting there at a
+        small rho. Falls back to the initial point when it does not apply
+        (kinked or non-log-concave likelihoods, ``theta_solver="cg"``,
+        sharded back ends, no tuning) or the Newton search fails.
+        ``"point"``: start at PyMC's initial point.
 
     Notes
     -----
@@ -207,6 +219,7 @@ class SplitGibbs(BlockedStep):
         split: str = "observations",
         n_shards: int | None = None,
         center: bool = False,
+        init: str = "laplace",
     ):
         # parameters are checked before the model is read, so mistakes surface at once
         if backend is None:
@@ -237,6 +250,7 @@ class SplitGibbs(BlockedStep):
                 f"pass); received {dtype!r}."
             )
         _check_split_args(split, n_shards, rho, alpha, exact)
+        self.init = validate_init(init)
         self.split = split
         bias_tol = validate_bias_tol(bias_tol)
         if isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 1:
@@ -359,6 +373,17 @@ class SplitGibbs(BlockedStep):
                 rates = fr.rates(point[fr.value_name])
             self.kernel.set_term_rate(fr.term_index, rates)
         if self.z_mode is None:
+            if self.tune and self.init == "laplace" and isinstance(self.kernel, SplitGibbsKernel):
+                # burn-in starts inside the posterior (pymc_sgs.start); tuning draws are discarded
+                start = laplace_start(self.kernel, theta, self.rng)
+                if start.theta is not None:
+                    theta = start.theta
+                    if self.rho_tuner is not None and self.rho_tuner.n_windows == 0:
+                        # the tuner starts near its target instead of at AUTO_RHO_START
+                        rho0 = pilot_rho(self.kernel, start.mode, start.chol, self.bias_tol)
+                        self.rho_tuner.rho = rho0
+                        self.rho_tuner.damp_after = 0
+                        self.kernel.set_rho(rho0)
             state = self.kernel.init(theta, self.rng)
         else:
             state = SGSState(

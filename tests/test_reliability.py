@@ -198,7 +198,8 @@ def _step_failing_in_marked_chain(model, at_sweep=7):
     """A step whose kernel raises the z-sampler's own RuntimeError at sweep ``at_sweep`` of the
     chain started at ``MARK`` (wrapping the instance's methods: fork shares them with workers)."""
     with model:
-        step = pymc_sgs.SplitGibbs(rho=0.5)
+        # init="point": the chain is recognised by its initial point
+        step = pymc_sgs.SplitGibbs(rho=0.5, init="point")
     kernel = step.kernel
     orig_init, orig_sweep = kernel.init, kernel.sweep
     state = {"doomed": False, "count": 0}
