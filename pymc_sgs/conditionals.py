@@ -57,7 +57,8 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
 
     Safeguarded Newton (in the manner of Numerical Recipes' ``rtsafe``): since
     ``U`` is convex, the minimiser lies between ``centre`` and
-    ``centre - rho^2 U'(centre)``; a Newton step is taken only when it stays
+    ``centre - rho^2 U'(centre)``, or, when ``U'`` is bounded (logit links,
+    :meth:`Family.grad_range`), in ``centre - rho^2 [sup U', inf U']``; a Newton step is taken only when it stays
     inside the shrinking bracket and at most halves the previous step,
     otherwise the bracket is bisected. This stops both the 2-cycles Newton
     can fall into on logistic potentials and its one-unit-per-step crawl down
@@ -78,7 +79,13 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
         Warm start (e.g. the previous sweep's mode).
     """
     inv_r2 = 1.0 / rho**2
-    if family.log_concave:
+    g_range = family.grad_range(y, trials) if family.log_concave else None
+    if g_range is not None:
+        # a bounded U' brackets the root with no likelihood evaluation (the compiled pass
+        # uses the same bracket, so both paths take the same Newton steps)
+        lo = centre - rho**2 * g_range[1]
+        hi = centre - rho**2 * g_range[0]
+    elif family.log_concave:
         with np.errstate(over="ignore"):
             g0 = family.grad(centre, y, trials)
         # the far end of the bracket can overflow (Poisson far above its mode): keep it finite

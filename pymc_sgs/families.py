@@ -105,6 +105,15 @@ class Family:
         """Second derivative of the potential in ``z`` (non-negative if convex)."""
         raise NotImplementedError
 
+    def grad_range(self, y, trials=None):
+        """``(inf_z U'(z), sup_z U'(z))`` when both are finite, else None.
+
+        The root of ``U'(z) + (z - c) / rho^2`` then lies in
+        ``[c - rho^2 sup U', c - rho^2 inf U']``, a bracket for the mode search that costs no
+        likelihood evaluation (:func:`pymc_sgs.conditionals.find_z_mode`).
+        """
+        return None
+
     def grad_bound(self, y, trials=None):
         """``sup_z |U'(z)|`` (finite for the non-convex families, which need it for their mode search)."""
         raise NotImplementedError(f"{self!r} has no bound on its gradient.")
@@ -195,6 +204,10 @@ class BinomialLogit(Family):
     def grad(self, z, y, trials=None):
         return -y + trials * expit(z)
 
+    def grad_range(self, y, trials=None):
+        # U' = trials * expit(z) - y
+        return -y, trials - y
+
     def hess(self, z, y, trials=None):
         # expit(z) * expit(-z) rather than p * (1 - p): no cancellation to 0 for z >> 0
         return trials * expit(z) * expit(-z)
@@ -239,6 +252,9 @@ class BernoulliLogit(BinomialLogit):
 
     def grad(self, z, y, trials=None):
         return super().grad(z, y, 1.0)
+
+    def grad_range(self, y, trials=None):
+        return super().grad_range(y, 1.0)
 
     def hess(self, z, y, trials=None):
         return super().hess(z, y, 1.0)
@@ -378,6 +394,10 @@ class NegativeBinomialLog(Family):
 
     def grad(self, z, y, trials=None):
         return -y + (y + self.params["alpha"]) * expit(self._w(z))
+
+    def grad_range(self, y, trials=None):
+        # U' = (y + alpha) expit(w) - y
+        return -y, self.params["alpha"]
 
     def hess(self, z, y, trials=None):
         w = self._w(z)

@@ -61,6 +61,21 @@ def row_parameter(family: Family, trials, n: int) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=float), (n,)))
 
 
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _row_dot(A, i, theta, init):
+    # reassociation lets LLVM vectorise the reduction (the sum order differs from BLAS's anyway)
+    c = init
+    for j in range(A.shape[1]):
+        c += A[i, j] * theta[j]
+    return c
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _row_axpy(A, i, w, out):
+    for j in range(A.shape[1]):
+        out[j] += A[i, j] * w
+
+
 @njit(cache=True)
 def _expit(z):
     if z >= 0.0:
@@ -159,10 +174,20 @@ def _bregman(code, z, z0, y, t):
 def _mode(code, y, t, c, rho, z0, tol, max_iter):
     """Mode of ``U(z) + (z - c)^2 / (2 rho^2)`` and ``U'``, ``U''``, ``e`` there (see find_z_mode)."""
     inv_r2 = 1.0 / (rho * rho)
-    # keep the far end of the bracket finite (Poisson far above its mode overflows)
-    other = min(max(c - rho * rho * _grad_hess(code, c, y, t)[0], -1e300), 1e300)
-    lo = min(c, other)
-    hi = max(c, other)
+    r2 = rho * rho
+    if code == LOGIT:
+        # U' lies in (-y, t - y), so the root of U'(z) + (z - c) / rho^2 does too, scaled:
+        # a bracket without evaluating the likelihood
+        lo = c - r2 * (t - y)
+        hi = c + r2 * y
+    elif code == NEGBIN:
+        lo = c - r2 * t
+        hi = c + r2 * y
+    else:
+        # keep the far end of the bracket finite (Poisson far above its mode overflows)
+        other = min(max(c - r2 * _grad_hess(code, c, y, t)[0], -1e300), 1e300)
+        lo = min(c, other)
+        hi = max(c, other)
     z = min(max(z0, lo), hi)
     # the first Newton step only has to stay inside the bracket (see find_z_mode)
     prev_step = math.inf
@@ -208,7 +233,7 @@ def _remainder_diff(code, zi, prop, m, g, h, e, gm, y, t):
 @njit(cache=True)
 def fused_z_pass(
     A, offset, y, trials, rho, code, theta, z, z_mode, alpha, eps, u, nodes, log_wx, weights,
-    z_out, mode_out, nodes_lo, log_wx_lo, near_gaussian,
+    z_out, mode_out, nodes_lo, log_wx_lo, near_gaussian, nodes_q, log_wx_q, very_near_gaussian,
 ):
     """Over-relaxed MH move of every z_i at ``theta``, fused with the weights and ``A^T w (z - o)``.
 
@@ -225,8 +250,10 @@ def fused_z_pass(
     nodes, log_wx : (K,) float64
         Gauss–Hermite nodes and ``log(weight) + x^2/2``.
     nodes_lo, log_wx_lo : float64 arrays
-        The smaller rule for nearly Gaussian rows (``|U'''(m)| s^3 <=
-        near_gaussian``, see :mod:`pymc_sgs.weights`).
+        The smaller rule for nearly Gaussian rows (``|U'''(m)| s^3 +
+        |U''''(m)| s^4 <= near_gaussian``, see :mod:`pymc_sgs.weights`).
+    nodes_q, log_wx_q : float64 arrays
+        The smallest rule, for rows with that bound ``<= very_near_gaussian``.
     weights : bool
         Whether to compute the log importance weight.
     z_out, mode_out : (n,) float64
@@ -248,9 +275,7 @@ def fused_z_pass(
     sq = math.sqrt(1.0 - alpha * alpha)
     half_log_2pi = 0.5 * math.log(2.0 * math.pi)
     for i in range(n):
-        c = offset[i]
-        for j in range(d):
-            c += A[i, j] * theta[j]
+        c = _row_dot(A, i, theta, offset[i])
         yi, ti, ri = y[i], trials[i], rho[i]
         # converged rows stop early; the cap only matters for astronomically wide brackets
         m, g, curv, e = _mode(code, yi, ti, c, ri, z_mode[i], 1e-6, 4000)
@@ -269,9 +294,13 @@ def fused_z_pass(
             # integrand relative to its value at the mode: every term is <= exp(x_k^2 / 2)
             # for a log-concave likelihood, so one pass needs no max-shift
             f_m = _loglik(code, m, yi, ti) - 0.5 * ((m - c) * (m - c)) * inv_r2
-            near = _non_gaussianity(code, m, curv, e, yi, ti, s) <= near_gaussian
-            xs = nodes_lo if near else nodes
-            lws = log_wx_lo if near else log_wx
+            kappa = _non_gaussianity(code, m, curv, e, yi, ti, s)
+            if kappa <= very_near_gaussian:
+                xs, lws = nodes_q, log_wx_q
+            elif kappa <= near_gaussian:
+                xs, lws = nodes_lo, log_wx_lo
+            else:
+                xs, lws = nodes, log_wx
             total = 0.0
             if code == LOGIT and ti == 1.0 and f_m > -500.0:
                 # Bernoulli: p(y | z) = expit(+-z) costs one exp, not exp + log1p + exp; the
@@ -291,7 +320,5 @@ def fused_z_pass(
             log_weight += _loglik(code, c, yi, ti) - (
                 math.log(s) + f_m - math.log(ri) - half_log_2pi + math.log(total)
             )
-        w = (znew - offset[i]) * inv_r2
-        for j in range(d):
-            atz[j] += A[i, j] * w
+        _row_axpy(A, i, (znew - offset[i]) * inv_r2, atz)
     return atz, accept_sum, log_weight

@@ -28,7 +28,7 @@ from .nonsmooth import (
 )
 from .problem import SplitProblem
 from .theta_cg import CGThetaConditional
-from .weights import N_NODES, NEAR_GAUSSIAN, gauss_hermite_nodes, log_weight_rows
+from .weights import N_NODES, gauss_hermite_nodes, log_weight_rows, node_tiers
 
 __all__ = [
     "SGSState", "SGSInfo", "SplitGibbsKernel", "validate_rho", "validate_alpha",
@@ -413,10 +413,14 @@ class SplitGibbsKernel:
             log_w = self.log_weight(theta, mode)[0] if weights else float("nan")
             return z, mode, acc, log_w, self.theta_conditional.split_rhs(z)
         nodes, log_wx = gauss_hermite_nodes(self.n_nodes)
-        # the numpy path (log_weight_rows) halves the rule on nearly Gaussian rows; so does this
-        adaptive = self.n_nodes >= 8
-        nodes_lo, log_wx_lo = gauss_hermite_nodes(self.n_nodes // 2 if adaptive else self.n_nodes)
-        near_gaussian = NEAR_GAUSSIAN if adaptive else -1.0
+        # the same node tiers as the numpy path (log_weight_rows); a missing tier never applies
+        tiers = {k: t for k, t in node_tiers(self.n_nodes) if np.isfinite(t)}
+        k_lo = self.n_nodes // 2 if self.n_nodes // 2 in tiers else self.n_nodes
+        k_q = self.n_nodes // 4 if self.n_nodes // 4 in tiers else self.n_nodes
+        nodes_lo, log_wx_lo = gauss_hermite_nodes(k_lo)
+        nodes_q, log_wx_q = gauss_hermite_nodes(k_q)
+        near_gaussian = tiers.get(self.n_nodes // 2, -1.0)
+        very_near_gaussian = tiers.get(self.n_nodes // 4, -1.0)
         z_new = np.empty(n)
         mode = np.empty(n)
         atz = np.zeros(self.A.shape[1])
@@ -447,6 +451,7 @@ class SplitGibbsKernel:
                 A, off, y, trials, np.ascontiguousarray(self._rho_rows[sl]), code, theta,
                 np.ascontiguousarray(z[sl]), np.ascontiguousarray(z_mode[sl]), self.alpha, eps, u,
                 nodes, log_wx, weights, z_new[sl], mode[sl], nodes_lo, log_wx_lo, near_gaussian,
+                nodes_q, log_wx_q, very_near_gaussian,
             )
             atz += a
             acc += acc_t

@@ -114,10 +114,11 @@ def test_psis_summary_refuses_exact_mode_draws():
 
 
 def test_half_quadrature_rule_is_used_only_where_it_is_accurate():
-    # rows with |U'''(m)| s^3 + |U''''(m)| s^4 <= NEAR_GAUSSIAN get n_nodes // 2 nodes: there the error against a
-    # 40-node reference stays below 1e-8; on the other rows the half rule would be worse
+    # rows with |U'''(m)| s^3 + |U''''(m)| s^4 <= NEAR_GAUSSIAN get n_nodes // 2 nodes, and <=
+    # VERY_NEAR_GAUSSIAN n_nodes // 4: there the error against a 40-node reference stays below
+    # 1e-8; on the other rows the smaller rules would be worse
     from pymc_sgs.conditionals import find_z_mode
-    from pymc_sgs.weights import NEAR_GAUSSIAN, smoothed_log_likelihood
+    from pymc_sgs.weights import NEAR_GAUSSIAN, VERY_NEAR_GAUSSIAN, smoothed_log_likelihood
 
     rng = np.random.default_rng(0)
     n = 4000
@@ -127,7 +128,8 @@ def test_half_quadrature_rule_is_used_only_where_it_is_accurate():
         ("poisson", rng.poisson(5, n).astype(float), None, rng.normal(1.5, 1, n)),
         ("poisson", rng.poisson(200, n).astype(float), None, rng.normal(5.3, 0.5, n)),
     ]
-    worse_elsewhere = False
+    worse_elsewhere = quarter_worse_elsewhere = False
+    n_quarter = 0
     for name, y, trials, eta in cases:
         fam = FAMILIES[name]
         for rho in (0.05, 0.2, 0.5, 1.0, 2.0):
@@ -145,7 +147,17 @@ def test_half_quadrature_rule_is_used_only_where_it_is_accurate():
                 np.abs(full16 - ref)[~near], initial=0) + 1e-12, (name, rho)
             if np.any(~near) and np.max(np.abs(half - ref)[~near]) > 1e-8:
                 worse_elsewhere = True
+            # the quarter rule (4 nodes) on rows with kappa <= VERY_NEAR_GAUSSIAN
+            kappa = np.abs(u3) * s**3 + np.abs(u4) * s**4
+            very = kappa <= VERY_NEAR_GAUSSIAN
+            n_quarter += int(np.sum(very))
+            quarter, _ = smoothed_log_likelihood(fam, y, trials, eta, rho, n_nodes=4)
+            assert np.max(np.abs(quarter - ref)[very], initial=0) < 1e-8, (name, rho)
+            between = near & ~very
+            if np.any(between) and np.max(np.abs(quarter - ref)[between]) > 1e-8:
+                quarter_worse_elsewhere = True
     assert worse_elsewhere  # the criterion does separate rows where fewer nodes would be wrong
+    assert n_quarter > 0 and quarter_worse_elsewhere  # and so does the quarter-rule threshold
 
 
 def test_thinned_weights_same_draws_and_same_correction():
