@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
+from .start import ROW_BLOCK, weighted_gram
 from .weights import N_NODES, log_weight_rows
 
 __all__ = ["RhoTuner", "validate_bias_tol", "pilot_rho", "laplace_log_weight_var"]
@@ -138,17 +139,24 @@ def laplace_log_weight_var(kernel, mode, chol, rho) -> float:
     W = np.zeros((d, d))
     n_nodes = getattr(kernel, "n_nodes", N_NODES)
     for fam, term, sl in zip(kernel.families, kernel.split_terms, kernel._slices):
-        A = np.asarray(term.A, dtype=float)
-        eta = A @ mode + term.offset
-        # posterior sd of each row's linear predictor under the Laplace approximation
-        s = np.sqrt(np.sum(scipy.linalg.solve_triangular(chol, A.T, lower=True) ** 2, axis=0))
-        s = np.maximum(s, 1e-8)
-        psi = [log_weight_rows(fam, term.y, term.trials, eta + k * s, rho_rows[sl], None,
-                               n_nodes)[0] for k in (-1.0, 0.0, 1.0)]
-        d1 = (psi[2] - psi[0]) / (2.0 * s)
-        d2 = (psi[2] - 2.0 * psi[1] + psi[0]) / s**2
-        g += A.T @ d1
-        W += (A.T * d2) @ A
+        y = np.broadcast_to(np.asarray(term.y, dtype=float), (term.n,))
+        trials = None if term.trials is None else np.broadcast_to(term.trials, (term.n,))
+        rho_t = rho_rows[sl]
+        # row blocks bound the n x nodes quadrature temporaries
+        for b in range(0, term.n, ROW_BLOCK):
+            rows = slice(b, b + ROW_BLOCK)
+            A = np.asarray(term.A[rows], dtype=float)
+            eta = A @ mode + term.offset[rows]
+            # posterior sd of each row's linear predictor under the Laplace approximation
+            s = np.sqrt(np.sum(scipy.linalg.solve_triangular(chol, A.T, lower=True) ** 2, axis=0))
+            s = np.maximum(s, 1e-8)
+            tr = None if trials is None else trials[rows]
+            psi = [log_weight_rows(fam, y[rows], tr, eta + k * s, rho_t[rows], None, n_nodes)[0]
+                   for k in (-1.0, 0.0, 1.0)]
+            d1 = (psi[2] - psi[0]) / (2.0 * s)
+            d2 = (psi[2] - 2.0 * psi[1] + psi[0]) / s**2
+            g += A.T @ d1
+            W += weighted_gram(A, d2)
     # whiten by L: H^-1 = L^-T L^-1
     gw = scipy.linalg.solve_triangular(chol, g, lower=True)
     Ww = scipy.linalg.solve_triangular(chol, W, lower=True)

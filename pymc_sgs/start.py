@@ -54,6 +54,20 @@ class LaplaceStart(NamedTuple):
     chol: np.ndarray | None = None
 
 
+#: rows per block in the d x d products below: bounds their temporaries to ~block * d floats
+ROW_BLOCK = 32768
+
+
+def weighted_gram(A, w) -> np.ndarray:
+    """``A^T diag(w) A`` in blocks of rows (no n x d temporary)."""
+    d = A.shape[1]
+    out = np.zeros((d, d))
+    for start in range(0, A.shape[0], ROW_BLOCK):
+        Ab = A[start : start + ROW_BLOCK]
+        out += (Ab.T * w[start : start + ROW_BLOCK]) @ Ab
+    return out
+
+
 def _objective(kernel):
     """Negative log posterior of theta (split terms at their current families), grad, Hessian."""
     cond = kernel.theta_conditional
@@ -72,14 +86,14 @@ def _objective(kernel):
             val += float(np.sum(fam.potential(eta, term.y, term.trials)))
             if need_derivatives:
                 grad = grad + term.A.T @ fam.grad(eta, term.y, term.trials)
-                hess = hess + (term.A.T * fam.hess(eta, term.y, term.trials)) @ term.A
+                hess = hess + weighted_gram(term.A, fam.hess(eta, term.y, term.trials))
         for (A, resid, gram, a_resid), s in gaussian:
             w = 1.0 / np.broadcast_to(np.asarray(s, float), (A.shape[0],)) ** 2
             res = A @ theta - resid
             val += 0.5 * float(np.sum(w * res**2))
             if need_derivatives:
                 grad = grad + A.T @ (w * res)
-                hess = hess + (A.T * w) @ A
+                hess = hess + weighted_gram(A, w)
         return float(val), grad, hess
 
     return f
