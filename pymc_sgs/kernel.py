@@ -521,29 +521,52 @@ class SplitGibbsKernel:
         log_w0 = state.log_weight
         if not np.isfinite(log_w0):
             log_w0, _ = self.log_weight(state.theta, state.z_mode)
-        alpha = self.alpha
-        theta, z, mode = state.theta, state.z, state.z_mode
-        atz = state.atz if state.atz is not None else self.theta_conditional.split_rhs(z)
-        draw_theta = self.theta_conditional.sample_from_rhs
-        props, accs = [], []
-        z_first = rng.random() < 0.5
-        for _ in range(int(n_sweeps)):
-            if z_first:
-                z, mode, p, a, atz = self._z_update(theta, z, mode, rng)
-                theta = draw_theta(atz, rng, theta=theta, alpha=alpha)
-            else:
-                theta = draw_theta(atz, rng, theta=theta, alpha=alpha)
-                z, mode, p, a, atz = self._z_update(theta, z, mode, rng)
-            props.append(p)
-            accs.append(a)
-        log_w1, mode1 = self.log_weight(theta, mode)
-        accept_prob = float(np.exp(min(0.0, log_w1 - log_w0)))
-        info = SGSInfo(
-            z_proposals=float(np.mean(props)), z_accept=float(np.mean(accs)),
-            exact_accept=accept_prob,
+        zs = {"z": state.z, "mode": state.z_mode}
+        atz = state.atz if state.atz is not None else self.theta_conditional.split_rhs(state.z)
+
+        def z_update(theta, k):
+            zs["z"], zs["mode"], p, a, new_atz = self._z_update(theta, zs["z"], zs["mode"], rng)
+            return new_atz, p, a
+
+        theta, atz, props, accs = exact_proposal(
+            state.theta, atz, z_update, self.theta_conditional.sample_from_rhs, self.alpha, rng,
+            n_sweeps,
         )
-        if rng.random() < accept_prob:
-            info = info._replace(log_weight=log_w1)
-            return SGSState(theta=theta, z=z, z_mode=mode1, log_weight=log_w1, atz=atz), info
-        info = info._replace(log_weight=log_w0)
+        log_w1, mode1 = self.log_weight(theta, zs["mode"])
+        accept_prob, accepted = mh_accept(log_w0, log_w1, rng)
+        info = SGSInfo(z_proposals=props, z_accept=accs, exact_accept=accept_prob,
+                       log_weight=log_w1 if accepted else log_w0)
+        if accepted:
+            return SGSState(theta=theta, z=zs["z"], z_mode=mode1, log_weight=log_w1, atz=atz), info
         return state._replace(log_weight=log_w0), info
+
+
+def exact_proposal(theta, atz, z_update, draw_theta, alpha, rng, n_sweeps):
+    """The proposal of the exact mode: ``n_sweeps`` sweeps, all (z, theta) or all (theta, z).
+
+    The order is drawn first (probability 1/2 each), which makes the proposal
+    ``Pi_rho``-reversible (see :meth:`SplitGibbsKernel.exact_step`).
+    ``z_update(theta, k)`` moves the z-block at ``theta`` in sweep ``k`` and
+    returns ``(A^T (z - o) / rho^2, proposals per draw, acceptance)``;
+    ``draw_theta(atz, rng, theta=, alpha=)`` is the over-relaxed theta-step.
+    Shared by the in-process kernel and the sharded back ends.
+
+    Returns ``(theta, atz, mean proposals per z-draw, mean z acceptance)``.
+    """
+    props, accs = [], []
+    z_first = rng.random() < 0.5
+    for k in range(int(n_sweeps)):
+        if not z_first:
+            theta = draw_theta(atz, rng, theta=theta, alpha=alpha)
+        atz, p, a = z_update(theta, k)
+        if z_first:
+            theta = draw_theta(atz, rng, theta=theta, alpha=alpha)
+        props.append(p)
+        accs.append(a)
+    return theta, atz, float(np.mean(props)), float(np.mean(accs))
+
+
+def mh_accept(log_w0: float, log_w1: float, rng: np.random.Generator):
+    """Accept ``w1 / w0`` (log scale) by Metropolis–Hastings: ``(probability, accepted)``."""
+    accept_prob = float(np.exp(min(0.0, log_w1 - log_w0)))
+    return accept_prob, bool(rng.random() < accept_prob)

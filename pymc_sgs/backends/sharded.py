@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..conditionals import GaussianThetaConditional
-from ..kernel import SGSInfo, SGSState, validate_alpha
+from ..kernel import SGSInfo, SGSState, exact_proposal, mh_accept, validate_alpha
 from ..weights import N_NODES
 
 __all__ = ["ShardedKernel", "ShardedZ", "ShardLostError", "ReducedThetaConditional"]
@@ -212,33 +212,19 @@ class ShardedKernel:
         log_w0 = state.log_weight
         if not np.isfinite(log_w0):
             log_w0 = self.log_weight(state.theta)
-        alpha = self.alpha
-        theta = state.theta
-        atz = self._atz(state)
-        draw_theta = self.theta_conditional.sample_from_rhs
-        props, accs = [], []
-        z_first = rng.random() < 0.5
-        for k in range(int(n_sweeps)):
-            if z_first:
-                atz, p, a = self._z_update(theta, checkpoint=k == 0)
-                theta = draw_theta(atz, rng, theta=theta, alpha=alpha)
-            else:
-                theta = draw_theta(atz, rng, theta=theta, alpha=alpha)
-                atz, p, a = self._z_update(theta, checkpoint=k == 0)
-            props.append(p)
-            accs.append(a)
-        log_w1 = self.log_weight(theta, keep_modes=True)
-        accept_prob = float(np.exp(min(0.0, log_w1 - log_w0)))
-        info = SGSInfo(
-            z_proposals=float(np.mean(props)), z_accept=float(np.mean(accs)),
-            exact_accept=accept_prob,
+        theta, atz, props, accs = exact_proposal(
+            state.theta, self._atz(state),
+            lambda theta, k: self._z_update(theta, checkpoint=k == 0),
+            self.theta_conditional.sample_from_rhs, self.alpha, rng, n_sweeps,
         )
-        if rng.random() < accept_prob:
-            info = info._replace(log_weight=log_w1)
+        log_w1 = self.log_weight(theta, keep_modes=True)
+        accept_prob, accepted = mh_accept(log_w0, log_w1, rng)
+        info = SGSInfo(z_proposals=props, z_accept=accs, exact_accept=accept_prob,
+                       log_weight=log_w1 if accepted else log_w0)
+        if accepted:
             handle = self._new_handle()
             return SGSState(theta=theta, z=handle, z_mode=handle, log_weight=log_w1, atz=atz), info
         self._broadcast("restore")
-        info = info._replace(log_weight=log_w0)
         return state._replace(log_weight=log_w0), info
 
 
