@@ -12,8 +12,15 @@ rejection sampler of Proposition 3, vectorised over the rows
 (:func:`batch_sample_strongly_log_concave`). ``B | z`` factorises over the K-1 classes with
 the common precision ``X^T X / rho^2 + I / s^2`` (factored once).
 
-This module works on arrays (no PyMC model detection): ``pm.Categorical`` with a softmax of
-``X @ B`` is not recognised by :func:`pymc_sgs.detect_split_problem`.
+:class:`MultinomialLogitKernel` is this kernel on arrays (``X``, ``y``, iid prior).
+:class:`CategoricalSplitKernel` is its generalisation to any affine logits: ``z_i = A_i theta
++ o_i`` with a sparse ``A`` (a full (p, K) coefficient matrix, intercepts, offsets), any
+Gaussian prior, over-relaxed moves of both blocks, and the importance weights of ``pi`` over
+``pi_rho`` by product Gauss–Hermite quadrature in K-1 dimensions
+(:func:`smoothed_log_likelihood_rows`). It is what ``pymc_sgs.SplitGibbs`` runs on a PyMC
+model with ``pm.Categorical(p=pm.math.softmax(X @ B + b, axis=-1))`` or ``logit_p=...``
+(graph reading in :mod:`pymc_sgs.detect_multinomial`, the step in
+:mod:`pymc_sgs.step_multinomial`).
 
 References
 ----------
