@@ -31,6 +31,7 @@ References
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -212,6 +213,19 @@ def max_weight_classes() -> int:
     return k + 1
 
 
+@functools.lru_cache(maxsize=16)
+def _product_rule(m: int, k: int):
+    """Nodes (m^k, k) and log weights of the k-dimensional product Gauss–Hermite rule for N(0, I)."""
+    t, w = np.polynomial.hermite_e.hermegauss(m)
+    log_w1 = np.log(w / w.sum())
+    grids = np.meshgrid(*([t] * k), indexing="ij")
+    nodes = np.stack([g.ravel() for g in grids], axis=1)
+    log_w = np.sum(np.stack(np.meshgrid(*([log_w1] * k), indexing="ij"), -1).reshape(-1, k), 1)
+    nodes.flags.writeable = False
+    log_w.flags.writeable = False
+    return nodes, log_w
+
+
 def smoothed_log_likelihood_rows(centre, y, rho: float, n_nodes: int | None = None):
     """``log ∫ softmax_{y_i}(z) N(z; c_i, rho^2 I) dz`` of every row, by product Gauss–Hermite.
 
@@ -226,11 +240,7 @@ def smoothed_log_likelihood_rows(centre, y, rho: float, n_nodes: int | None = No
     centre = np.atleast_2d(np.asarray(centre, dtype=float))
     n, k = centre.shape
     m = _nodes_per_dim(k) if n_nodes is None else int(n_nodes)
-    t, w = np.polynomial.hermite_e.hermegauss(m)
-    log_w1 = np.log(w / w.sum())
-    grids = np.meshgrid(*([t] * k), indexing="ij")
-    nodes = np.stack([g.ravel() for g in grids], axis=1)
-    log_w = np.sum(np.stack(np.meshgrid(*([log_w1] * k), indexing="ij"), -1).reshape(-1, k), 1)
+    nodes, log_w = _product_rule(m, k)
     y = np.asarray(y, dtype=int)
     out = np.empty(n)
     chunk = max(1, (1 << 21) // (len(nodes) * (k + 1)))
@@ -441,6 +451,44 @@ class CategoricalSplitKernel:
         """Starting ``z``: an exact draw of ``z | theta``."""
         return self.sample_z(theta, rng)[0]
 
+    def _z_update(self, theta, z, rng):
+        """z-block at theta: ``(z, proposals per draw, acceptance)``."""
+        if self.alpha == 0.0:
+            z, props = self.sample_z(theta, rng)
+            return z, float(props.mean()), 1.0
+        z, acc = self.move_z(theta, z, rng)
+        return z, 0.0, acc
+
+    def exact_step(self, theta, z, log_weight, rng: np.random.Generator, n_sweeps: int = 1):
+        """One Metropolis–Hastings step that targets ``pi`` itself (not ``pi_rho``).
+
+        As :meth:`pymc_sgs.SplitGibbsKernel.exact_step`: the proposal is
+        ``n_sweeps`` sweeps, all in the order (z, theta) or all in the order
+        (theta, z) with probability 1/2 each, which is ``Pi_rho``-reversible on
+        ``(theta, z)`` since both block updates are; accepting with probability
+        ``min(1, w(theta') / w(theta))`` makes the theta-marginal exactly ``pi``.
+        ``log_weight`` is that of the current theta (nan: computed here).
+        Returns ``(theta, z, CategoricalInfo, acceptance probability)``.
+        """
+        log_w0 = log_weight if np.isfinite(log_weight) else self.log_weight(theta)
+        th, zz = theta, z
+        props, accs = [], []
+        z_first = rng.random() < 0.5
+        for _ in range(int(n_sweeps)):
+            if z_first:
+                zz, p, a = self._z_update(th, zz, rng)
+                th = self.sample_theta(zz, rng, theta=th)
+            else:
+                th = self.sample_theta(zz, rng, theta=th)
+                zz, p, a = self._z_update(th, zz, rng)
+            props.append(p)
+            accs.append(a)
+        log_w1 = self.log_weight(th)
+        accept_prob = float(np.exp(min(0.0, log_w1 - log_w0)))
+        if rng.random() < accept_prob:
+            theta, z, log_w0 = th, zz, log_w1
+        return theta, z, CategoricalInfo(float(np.mean(props)), float(np.mean(accs)), log_w0), accept_prob
+
     def sweep(self, theta, z, rng: np.random.Generator, weights: bool = False):
         """One Gibbs sweep of the split model; returns ``(theta, z, CategoricalInfo)``.
 
@@ -449,12 +497,10 @@ class CategoricalSplitKernel:
         ``weights``: also compute the new theta's log importance weight (else nan).
         """
         if self.alpha == 0.0:
-            z, props = self.sample_z(theta, rng)
+            z, n_prop, acc = self._z_update(theta, z, rng)
             theta = self.sample_theta(z, rng)
-            n_prop, acc = float(props.mean()), 1.0
         else:
             theta = self.sample_theta(z, rng, theta=theta)
-            z, acc = self.move_z(theta, z, rng)
-            n_prop = 0.0
+            z, n_prop, acc = self._z_update(theta, z, rng)
         log_w = self.log_weight(theta) if weights else float("nan")
         return theta, z, CategoricalInfo(n_prop, acc, log_w)

@@ -41,9 +41,11 @@ class CategoricalSplitGibbs(SplitGibbs):
     """:class:`~pymc_sgs.SplitGibbs` for a ``pm.Categorical`` likelihood with softmax logits.
 
     Built by ``SplitGibbs(...)`` itself; takes the same arguments. Supported:
-    ``rho`` (``"auto"`` or a scalar), ``alpha``, ``bias_tol``, ``log_weights``,
-    ``vars``, ``model``, ``rng``. Options of the GLM path that do not apply
-    here raise ``ValueError`` at construction: ``exact=True``, a per-row
+    ``rho`` (``"auto"`` or a scalar), ``alpha``, ``bias_tol``, ``exact`` and
+    ``exact_sweeps`` (the Metropolis–Hastings correction to ``pi`` of
+    :meth:`pymc_sgs.multinomial.CategoricalSplitKernel.exact_step`),
+    ``log_weights``, ``vars``, ``model``, ``rng``. Options of the GLM path
+    that do not apply here raise ``ValueError`` at construction: a per-row
     ``rho`` array, ``split="shards"`` / ``n_shards``, ``theta_solver="cg"``,
     ``dtype="float32"``, a non-default ``backend``, ``center=True`` and
     ``split_gaussian=True``.
@@ -59,7 +61,8 @@ class CategoricalSplitGibbs(SplitGibbs):
     ``z_proposals`` (mean Gaussian proposals per exact ``z_i`` draw of the
     Proposition 3 sampler, ``alpha=0``; 0 otherwise), ``z_accept`` (mean MH
     acceptance of the over-relaxed z-moves, ``alpha != 0``; 1 otherwise),
-    ``log_weight`` and ``exact_accept`` (always nan).
+    ``log_weight`` and ``exact_accept`` (acceptance probability of the
+    correction to ``pi`` with ``exact=True`` after tuning; nan otherwise).
     """
 
     _state_class = CategoricalSplitGibbsState
@@ -103,8 +106,6 @@ class CategoricalSplitGibbs(SplitGibbs):
         self.bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_log_weights(log_weights)
         unsupported = [
-            ("exact", exact, not exact, "exact=False (the chain targets pi_rho; psis_summary "
-             "with the recorded log weights checks or removes the bias)"),
             ("split_gaussian", split_gaussian, not split_gaussian, "split_gaussian=False"),
             ("theta_solver", theta_solver, theta_solver in ("auto", "cholesky"),
              "theta_solver='auto' (a Cholesky factor of the d x d precision)"),
@@ -126,22 +127,29 @@ class CategoricalSplitGibbs(SplitGibbs):
             )
         if isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 1:
             raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
-        if self.auto_rho and not log_weights:
+        if exact and self.weight_every > 1:
             raise ValueError(
-                "log_weights=False is incompatible with rho='auto', which needs the importance "
-                "weights; received log_weights=False."
+                "exact=True needs the importance weight of every draw; received "
+                f"log_weights={log_weights!r}. Use log_weights=True."
+            )
+        if (self.auto_rho or exact) and not log_weights:
+            raise ValueError(
+                "log_weights=False is incompatible with rho='auto' and exact=True, which need "
+                "the importance weights; received log_weights=False."
             )
         model = pm.modelcontext(model)
         self.detected = detect_categorical(model, vars)
         K = self.detected.n_classes
         if log_weights and K > max_weight_classes():
             raise ValueError(
-                f"log_weights={log_weights!r}" + (" (needed by rho='auto')" if self.auto_rho else "")
+                f"log_weights={log_weights!r}"
+                + (" (needed by rho='auto' and exact=True)" if self.auto_rho or exact else "")
                 + f": the importance weights need a {K - 1}-dimensional integral per "
                 f"observation, computed for at most {max_weight_classes()} classes; the model "
                 f"has K = {K}. Pass a fixed rho (e.g. rho=0.3) and log_weights=False."
             )
-        self.exact = False
+        self.exact = bool(exact)
+        self.exact_sweeps = int(exact_sweeps)
         self.split = "observations"
         self.backend = LocalBackend()
         self.free_rates = []
@@ -195,19 +203,27 @@ class CategoricalSplitGibbs(SplitGibbs):
         weights = self.log_weights
         if self.weight_every > 1 and not self.tune:
             weights = self.feedback["draws"] % self.weight_every == 0
-        theta, self.z, info = self.kernel.sweep(theta, self.z, self.rng, weights=weights)
+        exact_accept = float("nan")
+        if self.exact and not self.tune:
+            # tuning draws sample pi_rho: they burn in and tune rho
+            theta, self.z, info, exact_accept = self.kernel.exact_step(
+                theta, self.z, self.log_weight, self.rng, self.exact_sweeps
+            )
+        else:
+            theta, self.z, info = self.kernel.sweep(theta, self.z, self.rng, weights=weights)
         self.log_weight = info.log_weight
         stats = {
             "rho": float(self.kernel.rho),
             "z_proposals": float(info.z_proposals),
             "z_accept": float(info.z_accept),
             "log_weight": float(info.log_weight),
-            "exact_accept": float("nan"),
+            "exact_accept": exact_accept,
         }
         if self.tune and self.rho_tuner is not None:
             new_rho = self.rho_tuner.update(info.log_weight)
             if new_rho is not None:
                 self.kernel.set_rho(new_rho)
+                self.log_weight = float("nan")  # the weight of theta depends on rho
         if not self.tune:
             self._check_health(stats)
         return self._theta_to_point(theta, point), [stats]

@@ -172,6 +172,27 @@ def test_exact_z_draws_report_proposals_and_same_seed_same_draws():
     assert not np.array_equal(runs[0].posterior["B"].values[0], runs[0].posterior["B"].values[1])
 
 
+def test_exact_mode_corrects_the_rho_bias():
+    # at rho = 1 the split model's logits are attenuated by about sqrt(1 + pi / 8) (probit
+    # approximation), a bias of several MCSE; exact=True removes it, plain SGS does not
+    X, y = _data(n=150)
+    kw = dict(draws=800, tune=300, chains=2, cores=1, random_seed=13, progressbar=False,
+              compute_convergence_checks=False)
+    with _reference_model(X, y):
+        exact = pm.sample(step=pymc_sgs.SplitGibbs(rho=1.0, exact=True, exact_sweeps=2), **kw)
+        plain = pm.sample(step=pymc_sgs.SplitGibbs(rho=1.0, log_weights=False), **kw)
+        nuts = pm.sample(draws=1000, tune=500, chains=2, cores=1, random_seed=13,
+                         progressbar=False, compute_convergence_checks=False)
+    acc = exact.sample_stats["exact_accept"].values
+    assert np.all(np.isfinite(acc)) and 0.1 < acc.mean() < 1.0
+    assert np.all(np.isnan(plain.sample_stats["exact_accept"].values))
+    worst_exact = _agreement(exact, nuts, slack_sd=0.02)
+    worst_plain = _agreement(plain, nuts, slack_sd=0.02)
+    print(f"worst |diff| / tolerance at rho = 1: exact {worst_exact:.2f}, plain {worst_plain:.2f}")
+    assert worst_exact < 1.0
+    assert worst_plain > 1.0  # negative control: the same check on pi_rho fails
+
+
 def test_splitgibbs_builds_the_categorical_step():
     X, y = _data(n=20)
     with _reference_model(X, y):
@@ -240,7 +261,7 @@ def test_other_likelihood_on_the_coefficients_is_rejected():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(exact=True), "exact=True is not available for a pm.Categorical"),
+        (dict(exact=True, log_weights=3), "exact=True needs the importance weight of every"),
         (dict(split="shards", n_shards=2), "split='shards' is not available"),
         (dict(theta_solver="cg"), "theta_solver='cg' is not available"),
         (dict(dtype="float32"), "dtype='float32' is not available"),
@@ -270,3 +291,58 @@ def test_observations_outside_the_classes_are_rejected():
             pm.Categorical("y", p=pm.math.softmax(X @ Bf, axis=-1), observed=y)
         with pytest.raises(ValueError, match=r"integers in 0..2"):
             pymc_sgs.SplitGibbs(rho=0.3)
+
+
+@pytest.mark.slow
+def test_full_coefficient_matrix_matches_nuts():
+    # B (p, K) without a reference column: softmax ignores one constant per row of X, the
+    # prior alone controls that direction, in pi as in theta | z
+    X, y = _data(n=120, seed=4)
+    with pm.Model() as model:
+        B = pm.Normal("B", 0.0, 1.0, shape=(2, 3))
+        b = pm.Normal("b", 0.0, 1.0, shape=3)
+        pm.Categorical("y", logit_p=X @ B + b, observed=y)
+    kw = dict(chains=2, cores=1, random_seed=5, progressbar=False, compute_convergence_checks=False)
+    with model:
+        sgs = pm.sample(step=pymc_sgs.SplitGibbs(), draws=3000, tune=600, **kw)
+        nuts = pm.sample(draws=1000, tune=500, **kw)
+    assert _agreement(sgs, nuts, slack_sd=0.1) < 1.0
+    # the non-identified direction: the mean over classes of each row of B follows the prior
+    # sd / sqrt(3), which the data cannot narrow
+    row_mean = sgs.posterior["B"].values.mean(-1)
+    np.testing.assert_allclose(row_mean.std(axis=(0, 1)), 1 / np.sqrt(3), rtol=0.15)
+
+
+def test_weights_with_too_many_classes_raise_at_construction():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(30, 2)), rng.integers(0, 9, 30)
+    with pm.Model():
+        B = pm.Normal("B", 0.0, 1.0, shape=(2, 9))
+        pm.Categorical("y", logit_p=X @ B, observed=y)
+        with pytest.raises(ValueError, match="at most 7 classes.*log_weights=False"):
+            pymc_sgs.SplitGibbs()
+        step = pymc_sgs.SplitGibbs(rho=0.3, log_weights=False)
+        assert step.detected.n_classes == 9
+
+
+def test_vars_must_be_the_softmax_coefficients():
+    X, y = _data(n=20)
+    with _reference_model(X, y) as model:
+        with pytest.raises(UnsupportedModelError, match=r"depend on \['b'\].*vars"):
+            pymc_sgs.SplitGibbs([model["B"]], rho=0.3)
+        step = pymc_sgs.SplitGibbs(["B", "b"], rho=0.3)
+        assert [v.name for v in step.vars] == ["B", "b"]
+
+
+def test_data_container_and_set_data_check():
+    X, y = _data(n=30)
+    with pm.Model() as model:
+        Xd = pm.Data("X", X)
+        B = pm.Normal("B", 0.0, 1.0, shape=(2, 2))
+        Bf = pt.concatenate([pt.zeros((2, 1)), B], axis=1)
+        pm.Categorical("y", p=pm.math.softmax(Xd @ Bf, axis=-1), observed=y)
+        step = pymc_sgs.SplitGibbs(rho=0.3)
+        np.testing.assert_allclose(step.detected.A.toarray()[0], np.r_[X[0, 0], 0, X[0, 1], 0])
+        pm.set_data({"X": X + 1.0})
+        with pytest.raises(ValueError, match="changed \\(pm.set_data\\)"):
+            pm.sample(step=step, draws=5, tune=5, chains=1, progressbar=False)
