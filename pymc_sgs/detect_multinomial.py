@@ -1,4 +1,4 @@
-"""Graph reading for multinomial logistic regression: ``pm.Categorical`` with a softmax of ``X @ B``.
+"""Graph reading for multinomial logistic regression: ``pm.Categorical``, softmax of ``X @ B``.
 
 Recognises an observed ``pm.Categorical("y", p=pm.math.softmax(eta, axis=-1))`` or
 ``pm.Categorical("y", logit_p=eta)`` (PyMC turns ``logit_p`` into the same softmax),
@@ -110,7 +110,7 @@ def _find_softmax(param, free):
 
 
 def _prior(rv, model, size):
-    """``(mean, precision)`` of a coefficient's Normal, MvNormal or Flat prior with fixed parameters."""
+    """``(mean, precision)`` of a coefficient's Normal, MvNormal or Flat prior (fixed parameters)."""
     from .detect import UnsupportedModelError, _dist_name, _free_rvs_in, _gaussian_prior
 
     op = rv.owner.op
@@ -309,9 +309,7 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
         cols.append(np.full(nz.size, j))
         vals.append(col[nz])
     M = scipy.sparse.csr_matrix(
-        (np.concatenate(vals) if d else np.zeros(0),
-         (np.concatenate(rows) if d else np.zeros(0, int), np.concatenate(cols) if d else np.zeros(0, int))),
-        shape=(n * K, d),
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n * K, d)
     )
     rng = np.random.default_rng(seed)
     labels = _coef_labels(theta_rvs, shapes)

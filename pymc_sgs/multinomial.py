@@ -442,7 +442,8 @@ class CategoricalSplitKernel:
         # the weight of this theta (same centres) reuses the mode
         self._mode_cache = (np.array(theta, dtype=float, copy=True), self.rho, m, H)
         L = np.linalg.cholesky(H)
-        noise = np.linalg.solve(np.swapaxes(L, 1, 2), rng.standard_normal((self.n, self.k))[..., None])
+        eps = rng.standard_normal((self.n, self.k))[..., None]
+        noise = np.linalg.solve(np.swapaxes(L, 1, 2), eps)
         a = self.alpha
         prop = m + a * (z - m) + np.sqrt(1.0 - a * a) * noise[..., 0]
         idx = np.arange(self.n)
@@ -527,7 +528,8 @@ class CategoricalSplitKernel:
         accept_prob = float(np.exp(min(0.0, log_w1 - log_w0)))
         if rng.random() < accept_prob:
             theta, z, log_w0 = th, zz, log_w1
-        return theta, z, CategoricalInfo(float(np.mean(props)), float(np.mean(accs)), log_w0), accept_prob
+        info = CategoricalInfo(float(np.mean(props)), float(np.mean(accs)), log_w0)
+        return theta, z, info, accept_prob
 
     def sweep(self, theta, z, rng: np.random.Generator, weights: bool = False):
         """One Gibbs sweep of the split model; returns ``(theta, z, CategoricalInfo)``.

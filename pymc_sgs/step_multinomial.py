@@ -1,4 +1,4 @@
-"""``SplitGibbs`` on multinomial logistic regression (``pm.Categorical`` with a softmax of ``X @ B``).
+"""``SplitGibbs`` on multinomial logistic regression: ``pm.Categorical`` with a softmax of ``X @ B``.
 
 ``SplitGibbs(...)`` builds this step when the model observes a ``pm.Categorical``
 whose probabilities depend on free variables (:func:`pymc_sgs.detect_multinomial.
@@ -52,7 +52,7 @@ class CategoricalSplitGibbs(SplitGibbs):
 
     ``rho="auto"`` is the rule of the GLM path (:class:`pymc_sgs.rho.RhoTuner`):
     the importance weights ``w = pi / pi_rho`` of the tuning draws are computed
-    with a (K-1)-dimensional product Gauss–Hermite rule per row
+    with a (K-1)-dimensional adaptive Gauss–Hermite rule per row
     (:func:`pymc_sgs.multinomial.smoothed_log_likelihood_rows`), which is
     available up to :func:`pymc_sgs.multinomial.max_weight_classes` classes;
     for more classes pass a fixed rho and ``log_weights=False``.
@@ -125,7 +125,8 @@ class CategoricalSplitGibbs(SplitGibbs):
                 f"backend={getattr(backend, 'describe', lambda: backend)()} is not available "
                 f"{where}; the kernel runs in this process (leave backend unset)."
             )
-        if isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 1:
+        if (isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer))
+                or exact_sweeps < 1):
             raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
         if exact and self.weight_every > 1:
             raise ValueError(
