@@ -488,6 +488,55 @@ class CategoricalSplitKernel:
         log_lik = smoothed_log_likelihood_rows(c, self.y, self.rho, mode=mode)
         return float(np.sum(-_softmax_U(c, self.y) - log_lik))
 
+    def neg_log_posterior(self, theta, derivatives: bool = True):
+        """``-log pi(theta)`` (up to a constant), and its gradient and Hessian if asked."""
+        r = np.asarray(theta, dtype=float) - self.prior_mean
+        Pr = self.prior_precision @ r
+        c = self.centres(theta)
+        U, G = softmax_potential(c, self.y)
+        f = 0.5 * float(r @ Pr) + float(np.sum(U))
+        if not derivatives:
+            return f
+        grad = Pr + self.A.T @ G.ravel()
+        # A^T blockdiag(H_i) A with one (K-1) x (K-1) block per row
+        Hb = scipy.sparse.bsr_matrix(
+            (_softmax_hess(c), np.arange(self.n), np.arange(self.n + 1)),
+            shape=(self.n * self.k, self.n * self.k),
+        )
+        hess = self.prior_precision + (self.A.T @ (Hb @ self.A)).toarray()
+        return f, grad, hess
+
+    def laplace_start(self, theta, rng: np.random.Generator, max_iter: int = 50):
+        """A draw from the Laplace approximation ``N(theta*, H^-1)`` of ``pi``, or None.
+
+        Damped Newton from ``theta`` on the convex negative log posterior; None
+        when it does not converge (e.g. a singular Hessian). Where a chain's
+        burn-in starts (as :func:`pymc_sgs.start.laplace_start` does for GLMs):
+        tuning draws are discarded, so it changes where burn-in starts, not the target.
+        """
+        th = np.array(theta, dtype=float)
+        try:
+            f, g, H = self.neg_log_posterior(th)
+            for _ in range(max_iter):
+                L = scipy.linalg.cholesky(H, lower=True)
+                step = scipy.linalg.cho_solve((L, True), g)
+                dec = float(g @ step)
+                if dec < 1e-10 * max(1.0, abs(f)):
+                    noise = scipy.linalg.solve_triangular(L, rng.standard_normal(self.d),
+                                                          lower=True, trans="T")
+                    return th + noise
+                t = 1.0
+                while True:  # backtracking (Armijo) on the convex objective
+                    f_new = self.neg_log_posterior(th - t * step, derivatives=False)
+                    if f_new <= f - 0.25 * t * dec or t < 1e-8:
+                        break
+                    t *= 0.5
+                th = th - t * step
+                f, g, H = self.neg_log_posterior(th)
+        except (np.linalg.LinAlgError, ValueError):
+            return None
+        return None
+
     def init(self, theta, rng: np.random.Generator):
         """Starting ``z``: an exact draw of ``z | theta``."""
         return self.sample_z(theta, rng)[0]

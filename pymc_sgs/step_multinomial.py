@@ -44,7 +44,11 @@ class CategoricalSplitGibbs(SplitGibbs):
     ``rho`` (``"auto"`` or a scalar), ``alpha``, ``bias_tol``, ``exact`` and
     ``exact_sweeps`` (the Metropolis–Hastings correction to ``pi`` of
     :meth:`pymc_sgs.multinomial.CategoricalSplitKernel.exact_step`),
-    ``log_weights``, ``vars``, ``model``, ``rng``. Options of the GLM path
+    ``log_weights``, ``vars``, ``model``, ``rng``, ``init`` (``"laplace"``,
+    the default: each chain's first tuning step moves the coefficients to a
+    draw from the Laplace approximation of the posterior,
+    :meth:`pymc_sgs.multinomial.CategoricalSplitKernel.laplace_start`; rho="auto"
+    still starts at 0.5, without the GLM path's pilot rho). Options of the GLM path
     that do not apply here raise ``ValueError`` at construction: a per-row
     ``rho`` array, ``split="shards"`` / ``n_shards``, ``theta_solver="cg"``,
     ``dtype="float32"``, a non-default ``backend``, ``center=True`` and
@@ -87,6 +91,7 @@ class CategoricalSplitGibbs(SplitGibbs):
         split: str = "observations",
         n_shards: int | None = None,
         center: bool = False,
+        init: str = "laplace",
     ):
         where = "for a pm.Categorical (multinomial logit) likelihood"
         self.auto_rho = isinstance(rho, str) and rho == "auto"
@@ -102,6 +107,9 @@ class CategoricalSplitGibbs(SplitGibbs):
                     f"{np.shape(rho)}."
                 )
             validate_rho(rho, 1)
+        if not isinstance(init, str) or init not in ("laplace", "point"):
+            raise ValueError(f"init must be 'laplace' or 'point'; received {init!r}.")
+        self.init = init
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_log_weights(log_weights)
@@ -200,6 +208,12 @@ class CategoricalSplitGibbs(SplitGibbs):
             self._check_data_unchanged()
             self._check_data = False
         if self.z is None:
+            if self.tune and self.init == "laplace":
+                # burn-in (and the tuning of rho) starts inside the posterior; tuning draws
+                # are discarded
+                start = self.kernel.laplace_start(theta, self.rng)
+                if start is not None:
+                    theta = start
             self.z = self.kernel.init(theta, self.rng)
         weights = self.log_weights
         if self.weight_every > 1 and not self.tune:

@@ -346,3 +346,30 @@ def test_data_container_and_set_data_check():
         pm.set_data({"X": X + 1.0})
         with pytest.raises(ValueError, match="changed \\(pm.set_data\\)"):
             pm.sample(step=step, draws=5, tune=5, chains=1, progressbar=False)
+
+
+def test_laplace_start_objective_and_init_option():
+    X, y = _data(n=60)
+    with _reference_model(X, y):
+        step = pymc_sgs.SplitGibbs(rho=0.3)
+        with pytest.raises(ValueError, match="init must be 'laplace' or 'point'"):
+            pymc_sgs.SplitGibbs(rho=0.3, init="map")
+        assert pymc_sgs.SplitGibbs(rho=0.3, init="point").init == "point"
+    k = step.kernel
+    theta = np.linspace(-0.5, 0.5, k.d)
+    f, g, H = k.neg_log_posterior(theta)
+    eps = 1e-6
+    E = np.eye(k.d) * eps
+    fd_g = [(k.neg_log_posterior(theta + e, False) - k.neg_log_posterior(theta - e, False))
+            / (2 * eps) for e in E]
+    fd_H = [(k.neg_log_posterior(theta + e)[1] - k.neg_log_posterior(theta - e)[1]) / (2 * eps)
+            for e in E]
+    np.testing.assert_allclose(g, fd_g, atol=1e-6)
+    np.testing.assert_allclose(H, fd_H, atol=1e-6)
+    # starts are draws from N(theta*, H^-1): their spread is the Laplace sd
+    starts = np.array([k.laplace_start(np.zeros(k.d), np.random.default_rng(s)) for s in range(200)])
+    _, g_mean, H_mean = k.neg_log_posterior(starts.mean(0))
+    np.testing.assert_allclose(starts.std(0), np.sqrt(np.diag(np.linalg.inv(H_mean))), rtol=0.2)
+    # their mean is the mode up to Monte Carlo error: |H^-1/2 grad| ~ sqrt(d / 200)
+    whitened = np.linalg.solve(np.linalg.cholesky(H_mean), g_mean)
+    assert np.linalg.norm(whitened) < 4 * np.sqrt(k.d / len(starts))
