@@ -199,6 +199,17 @@ class SplitGibbs(BlockedStep):
     }
     _state_class = SplitGibbsState
 
+    def __new__(cls, *args, **kwargs):
+        # a pm.Categorical likelihood (multinomial logit) has its own step: same arguments
+        if cls is SplitGibbs:
+            from .detect_multinomial import has_categorical_likelihood
+
+            if has_categorical_likelihood(kwargs.get("model")):
+                from .step_multinomial import CategoricalSplitGibbs
+
+                cls = CategoricalSplitGibbs
+        return super().__new__(cls, *args, **kwargs)
+
     def __init__(
         self,
         vars=None,

@@ -1,0 +1,252 @@
+"""``SplitGibbs`` on multinomial logistic regression: ``pm.Categorical`` with a softmax of ``X @ B``.
+
+``SplitGibbs(...)`` builds this step when the model observes a ``pm.Categorical``
+whose probabilities depend on free variables (:func:`pymc_sgs.detect_multinomial.
+has_categorical_likelihood`); it runs :class:`pymc_sgs.multinomial.CategoricalSplitKernel`
+on the design read by :func:`pymc_sgs.detect_multinomial.detect_categorical`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import pymc as pm
+from pymc.step_methods.compound import StepMethodState
+from pymc.step_methods.state import dataclass_state
+from pymc.util import get_random_generator
+
+from .backends import LocalBackend
+from .detect_multinomial import detect_categorical
+from .kernel import validate_alpha, validate_rho
+from .multinomial import CategoricalSplitKernel, max_weight_classes
+from .rho import RhoTuner, validate_bias_tol
+from .step import AUTO_RHO_START, SplitGibbs, _data_fingerprints, _validate_log_weights
+
+__all__ = ["CategoricalSplitGibbs"]
+
+
+@dataclass_state
+class CategoricalSplitGibbsState(StepMethodState):
+    # per-chain state: restored between sequentially sampled chains
+    z: Any
+    log_weight: float
+    feedback: Any
+    tune: bool
+    rho_tuner: Any
+
+
+class CategoricalSplitGibbs(SplitGibbs):
+    """:class:`~pymc_sgs.SplitGibbs` for a ``pm.Categorical`` likelihood with softmax logits.
+
+    Built by ``SplitGibbs(...)`` itself; takes the same arguments. Supported:
+    ``rho`` (``"auto"`` or a scalar), ``alpha``, ``bias_tol``, ``exact`` and
+    ``exact_sweeps`` (the Metropolis–Hastings correction to ``pi`` of
+    :meth:`pymc_sgs.multinomial.CategoricalSplitKernel.exact_step`),
+    ``log_weights``, ``vars``, ``model``, ``rng``, ``init`` (``"laplace"``,
+    the default: each chain's first tuning step moves the coefficients to a
+    draw from the Laplace approximation of the posterior,
+    :meth:`pymc_sgs.multinomial.CategoricalSplitKernel.laplace_start`; rho="auto"
+    still starts at 0.5, without the GLM path's pilot rho). Options of the GLM path
+    that do not apply here raise ``ValueError`` at construction: a per-row
+    ``rho`` array, ``split="shards"`` / ``n_shards``, ``theta_solver="cg"``,
+    ``dtype="float32"``, a non-default ``backend``, ``center=True`` and
+    ``split_gaussian=True``.
+
+    ``rho="auto"`` is the rule of the GLM path (:class:`pymc_sgs.rho.RhoTuner`):
+    the importance weights ``w = pi / pi_rho`` of the tuning draws are computed
+    with a (K-1)-dimensional adaptive Gauss–Hermite rule per row
+    (:func:`pymc_sgs.multinomial.smoothed_log_likelihood_rows`), which is
+    available up to :func:`pymc_sgs.multinomial.max_weight_classes` classes;
+    for more classes pass a fixed rho and ``log_weights=False``.
+
+    Sampler stats are those of :class:`~pymc_sgs.SplitGibbs`: ``rho``,
+    ``z_proposals`` (mean Gaussian proposals per exact ``z_i`` draw of the
+    Proposition 3 sampler, ``alpha=0``; 0 otherwise), ``z_accept`` (mean MH
+    acceptance of the over-relaxed z-moves, ``alpha != 0``; 1 otherwise),
+    ``log_weight`` and ``exact_accept`` (acceptance probability of the
+    correction to ``pi`` with ``exact=True`` after tuning; nan otherwise).
+    """
+
+    _state_class = CategoricalSplitGibbsState
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        rho="auto",
+        alpha: float = -0.99,
+        bias_tol: float = 0.1,
+        exact: bool = False,
+        exact_sweeps: int = 10,
+        log_weights: bool | int = True,
+        model=None,
+        rng=None,
+        split_gaussian: bool = False,
+        theta_solver: str = "auto",
+        dtype: str = "float64",
+        blocked: bool = True,
+        backend=None,
+        split: str = "observations",
+        n_shards: int | None = None,
+        center: bool = False,
+        init: str = "laplace",
+    ):
+        where = "for a pm.Categorical (multinomial logit) likelihood"
+        self.auto_rho = isinstance(rho, str) and rho == "auto"
+        if not self.auto_rho:
+            if isinstance(rho, str) or rho is None:
+                raise ValueError(
+                    "rho must be 'auto' or a positive coupling such as rho=0.2 (in units of "
+                    f"the logits); received {rho!r}."
+                )
+            if np.ndim(rho) != 0:
+                raise ValueError(
+                    f"rho must be 'auto' or a scalar {where}; received an array of shape "
+                    f"{np.shape(rho)}."
+                )
+            validate_rho(rho, 1)
+        if not isinstance(init, str) or init not in ("laplace", "point"):
+            raise ValueError(f"init must be 'laplace' or 'point'; received {init!r}.")
+        self.init = init
+        self.alpha = validate_alpha(alpha)
+        self.bias_tol = validate_bias_tol(bias_tol)
+        self.weight_every = _validate_log_weights(log_weights)
+        unsupported = [
+            ("split_gaussian", split_gaussian, not split_gaussian, "split_gaussian=False"),
+            ("theta_solver", theta_solver, theta_solver in ("auto", "cholesky"),
+             "theta_solver='auto' (a Cholesky factor of the d x d precision)"),
+            ("dtype", dtype, dtype == "float64", "dtype='float64'"),
+            ("split", split, split == "observations",
+             "split='observations' (one z_i in R^(K-1) per observation)"),
+            ("n_shards", n_shards, n_shards is None, "no n_shards"),
+            ("center", center, not center, "center=False"),
+        ]
+        for key, value, ok, instead in unsupported:
+            if not ok:
+                raise ValueError(f"{key}={value!r} is not available {where}; use {instead}.")
+        if backend is not None and not (
+            isinstance(backend, LocalBackend) and backend.n_shards is None
+        ):
+            raise ValueError(
+                f"backend={getattr(backend, 'describe', lambda: backend)()} is not available "
+                f"{where}; the kernel runs in this process (leave backend unset)."
+            )
+        if (isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer))
+                or exact_sweeps < 1):
+            raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
+        if exact and self.weight_every > 1:
+            raise ValueError(
+                "exact=True needs the importance weight of every draw; received "
+                f"log_weights={log_weights!r}. Use log_weights=True."
+            )
+        if (self.auto_rho or exact) and not log_weights:
+            raise ValueError(
+                "log_weights=False is incompatible with rho='auto' and exact=True, which need "
+                "the importance weights; received log_weights=False."
+            )
+        model = pm.modelcontext(model)
+        self.detected = detect_categorical(model, vars)
+        K = self.detected.n_classes
+        if log_weights and K > max_weight_classes():
+            raise ValueError(
+                f"log_weights={log_weights!r}"
+                + (" (needed by rho='auto' and exact=True)" if self.auto_rho or exact else "")
+                + f": the importance weights need a {K - 1}-dimensional integral per "
+                f"observation, computed for at most {max_weight_classes()} classes; the model "
+                f"has K = {K}. Pass a fixed rho (e.g. rho=0.3) and log_weights=False."
+            )
+        self.exact = bool(exact)
+        self.exact_sweeps = int(exact_sweeps)
+        self.split = "observations"
+        self.backend = LocalBackend()
+        self.free_rates = []
+        self._nuisance_names = []
+        self._free_sigma = False
+        self._data_fingerprints = _data_fingerprints(model)
+        self._check_data = True
+        start_rho = AUTO_RHO_START if self.auto_rho else float(np.asarray(rho, dtype=float))
+        det = self.detected
+        self.kernel = CategoricalSplitKernel(
+            det.A, det.offset, det.y, K, det.prior_mean, det.prior_precision, start_rho,
+            alpha=self.alpha,
+        )
+        self.log_weights = bool(log_weights)
+        by_name = {v.name: v for v in model.value_vars}
+        self.vars = [by_name[name] for name in det.value_var_names]
+        self.tune = True
+        self.rho_tuner = RhoTuner(AUTO_RHO_START, self.bias_tol) if self.auto_rho else None
+        self._reset_chain_state()
+        self.rng = get_random_generator(rng)
+
+    def __repr__(self) -> str:
+        det = self.detected
+        return (
+            f"SplitGibbs(vars={det.value_var_names}, d={det.d}, categorical={det.name!r}, "
+            f"K={det.n_classes}, n={det.y.shape[0]}, rho={self.kernel.rho:.4g}, "
+            f"alpha={self.alpha})"
+        )
+
+    def _theta_from_point(self, point) -> np.ndarray:
+        return np.concatenate(
+            [np.asarray(point[p.name], dtype=float).ravel() for p in self.detected.params]
+        )
+
+    def _theta_to_point(self, theta, point) -> dict:
+        new = dict(point)
+        for p in self.detected.params:
+            new[p.name] = theta[p.start : p.stop].reshape(p.shape).astype(p.dtype)
+        return new
+
+    def step(self, point):
+        theta = self._theta_from_point(point)
+        if self.rho_tuner is not None and self.kernel.rho != self.rho_tuner.rho:
+            # sequential chains restore the tuner; keep the kernel in step with it
+            self.kernel.set_rho(self.rho_tuner.rho)
+        if self._check_data:
+            self._check_data_unchanged()
+            self._check_data = False
+        if self.z is None:
+            if self.tune and self.init == "laplace":
+                # burn-in (and the tuning of rho) starts inside the posterior; tuning draws
+                # are discarded
+                start = self.kernel.laplace_start(theta, self.rng)
+                if start is not None:
+                    theta = start
+            self.z = self.kernel.init(theta, self.rng)
+        weights = self.log_weights
+        if self.weight_every > 1 and not self.tune:
+            weights = self.feedback["draws"] % self.weight_every == 0
+        exact_accept = float("nan")
+        if self.exact and not self.tune:
+            # tuning draws sample pi_rho: they burn in and tune rho
+            theta, self.z, info, exact_accept = self.kernel.exact_step(
+                theta, self.z, self.log_weight, self.rng, self.exact_sweeps
+            )
+        else:
+            theta, self.z, info = self.kernel.sweep(theta, self.z, self.rng, weights=weights)
+        self.log_weight = info.log_weight
+        stats = {
+            "rho": float(self.kernel.rho),
+            "z_proposals": float(info.z_proposals),
+            "z_accept": float(info.z_accept),
+            "log_weight": float(info.log_weight),
+            "exact_accept": exact_accept,
+        }
+        if self.tune and self.rho_tuner is not None:
+            new_rho = self.rho_tuner.update(info.log_weight)
+            if new_rho is not None:
+                self.kernel.set_rho(new_rho)
+                self.log_weight = float("nan")  # the weight of theta depends on rho
+        if not self.tune:
+            self._check_health(stats)
+        return self._theta_to_point(theta, point), [stats]
+
+    def _reset_chain_state(self):
+        self.z = None
+        self.log_weight = float("nan")
+        self.feedback = {"draws": 0, "z_accept": 0.0, "exact_accept": 0.0, "warned": False}
+        if self.rho_tuner is not None:
+            self.rho_tuner = RhoTuner(AUTO_RHO_START, self.bias_tol)
+            self.kernel.set_rho(AUTO_RHO_START)
