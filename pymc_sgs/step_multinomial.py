@@ -22,6 +22,7 @@ from .detect_multinomial import detect_categorical
 from .kernel import validate_alpha, validate_rho
 from .multinomial import CategoricalSplitKernel, max_weight_classes
 from .rho import RhoTuner, validate_bias_tol
+from .shift import validate_shift
 from .step import AUTO_RHO_START, SplitGibbs, _data_fingerprints, _validate_log_weights
 
 __all__ = ["CategoricalSplitGibbs"]
@@ -92,6 +93,7 @@ class CategoricalSplitGibbs(SplitGibbs):
         n_shards: int | None = None,
         center: bool = False,
         init: str = "laplace",
+        shift: bool = True,
     ):
         where = "for a pm.Categorical (multinomial logit) likelihood"
         self.auto_rho = isinstance(rho, str) and rho == "auto"
@@ -110,6 +112,9 @@ class CategoricalSplitGibbs(SplitGibbs):
         if not isinstance(init, str) or init not in ("laplace", "point"):
             raise ValueError(f"init must be 'laplace' or 'point'; received {init!r}.")
         self.init = init
+        # the joint (theta, z) shift of pymc_sgs.shift is written for one-dimensional
+        # potentials; this step has none, whatever ``shift`` says
+        validate_shift(shift)
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_log_weights(log_weights)
@@ -233,6 +238,7 @@ class CategoricalSplitGibbs(SplitGibbs):
             "z_accept": float(info.z_accept),
             "log_weight": float(info.log_weight),
             "exact_accept": exact_accept,
+            "shift_accept": float("nan"),
         }
         if self.tune and self.rho_tuner is not None:
             new_rho = self.rho_tuner.update(info.log_weight)

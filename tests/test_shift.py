@@ -1,0 +1,139 @@
+"""The joint (theta, z) shift move (pymc_sgs.shift): invariance of the split model, and use."""
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_sgs
+from pymc_sgs.families import FAMILIES
+from pymc_sgs.kernel import SplitGibbsKernel
+from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
+from pymc_sgs.shift import ShiftMove
+from pymc_sgs.start import laplace_start
+
+SIGMA, RHO, PRIOR_SD = 1.0, 0.7, 2.0
+
+
+def _gaussian_split_problem(n=40, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = X @ np.array([1.0, -0.5]) + SIGMA * rng.normal(size=n)
+    prob = SplitProblem(
+        params=(ParamSlice("b", (d,), 0, d),), prior_mean=np.zeros(d),
+        prior_precision=np.eye(d) / PRIOR_SD**2,
+        split_terms=(SplitTerm("y", FAMILIES["normal"], X, np.zeros(n), y, np.full(n, SIGMA)),),
+    )
+    return prob, X, y
+
+
+def _closed_form(X, y, noise_var):
+    """Posterior of theta when each y_i ~ N(x_i^T theta, noise_var) (pi_rho: sigma^2 + rho^2)."""
+    Q = np.eye(X.shape[1]) / PRIOR_SD**2 + X.T @ X / noise_var
+    cov = np.linalg.inv(Q)
+    return cov @ (X.T @ y / noise_var), cov
+
+
+class _NoReferenceShift(ShiftMove):
+    """Broken on purpose: accepts with the target ratio alone, as if the proposal (which is
+    reversible for the reference Gaussian, not symmetric) needed no correction."""
+
+    def _log_target_minus_reference(self, theta, split_z):
+        u = self.chol.T @ (theta - self.mean)
+        return super()._log_target_minus_reference(theta, split_z) - 0.5 * float(u @ u)
+
+
+def _chain(move_class, n_iter=12000, seed=1):
+    """Alternate the exact z | theta draw with the shift move only (no theta | z step), so the
+    theta-marginal is right only if the shift move leaves Pi_rho invariant."""
+    prob, X, y = _gaussian_split_problem()
+    kernel = SplitGibbsKernel(prob, rho=RHO)
+    rng = np.random.default_rng(seed)
+    start = laplace_start(kernel, np.zeros(2), rng)
+    # the reference Gaussian is the Laplace approximation of pi (noise sigma^2), not of the
+    # chain's target pi_rho (noise sigma^2 + rho^2): the MH ratio has to correct for it
+    move = move_class(kernel, start.mode, start.chol, beta=0.3)
+    state = kernel.init(start.theta, rng)
+    thetas, accs = [], []
+    for _ in range(n_iter):
+        z, mode, _, _ = kernel.sample_z(state.theta, state.z_mode, rng, state.z)
+        state = state._replace(z=z, z_mode=mode)
+        state, acc = move.step(state, rng)
+        thetas.append(state.theta)
+        accs.append(acc)
+    return np.array(thetas[500:]), np.mean(accs), X, y
+
+
+def _z_scores(draws, mean, cov):
+    ess = np.array([float(az.ess(draws[None, :, j])) for j in range(draws.shape[1])])
+    sd = np.sqrt(np.diag(cov))
+    z_mean = (draws.mean(0) - mean) / (sd / np.sqrt(ess))
+    # a sample variance of ess normals has relative sd sqrt(2 / ess)
+    z_var = (draws.var(0) - sd**2) / (sd**2 * np.sqrt(2.0 / ess))
+    return np.concatenate([z_mean, z_var]), ess
+
+
+def test_shift_move_leaves_the_split_model_invariant():
+    draws, acc, X, y = _chain(ShiftMove)
+    assert 0.2 < acc < 1.0
+    mean, cov = _closed_form(X, y, SIGMA**2 + RHO**2)
+    z, ess = _z_scores(draws, mean, cov)
+    assert np.all(ess > 1000), ess
+    assert np.all(np.abs(z) < 4.5), z
+    # negative control 1: the same draws against pi (rho = 0) fail the check
+    z_pi, _ = _z_scores(draws, *_closed_form(X, y, SIGMA**2))
+    assert np.any(np.abs(z_pi) > 4.5), z_pi
+
+
+def test_broken_shift_move_is_detected():
+    # negative control 2: a move without the proposal's correction targets something else
+    draws, _, X, y = _chain(_NoReferenceShift)
+    z, _ = _z_scores(draws, *_closed_form(X, y, SIGMA**2 + RHO**2))
+    assert np.any(np.abs(z) > 4.5), z
+
+
+def _logistic_model(n=2000, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) / np.sqrt(d)
+    y = rng.binomial(1, 1 / (1 + np.exp(-(X @ rng.normal(size=d)))))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 5, shape=d)
+        pm.Bernoulli("y", logit_p=X @ b, observed=y)
+    return model
+
+
+def _run(model, seed=3, **kw):
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pm.sample(draws=500, tune=500, chains=2, cores=1, random_seed=seed,
+                         step=pymc_sgs.SplitGibbs(**kw), progressbar=False,
+                         compute_convergence_checks=False)
+
+
+def test_shift_speeds_up_mixing_and_agrees_with_plain_sgs():
+    """Same split model, same rho: with the shift move the draws are nearly independent, and
+    the two samplers' means agree within their Monte Carlo errors."""
+    model = _logistic_model()
+    fast = _run(model, rho=0.1)
+    slow = _run(model, rho=0.1, shift=False)
+    acc = fast.sample_stats["shift_accept"].values
+    assert np.all(np.isfinite(acc)) and acc.mean() > 0.8, acc.mean()
+    assert np.all(np.isnan(slow.sample_stats["shift_accept"].values))
+    ess_fast = az.ess(fast).b.values
+    ess_slow = az.ess(slow).b.values
+    assert ess_fast.min() > 5 * ess_slow.min(), (ess_fast, ess_slow)
+    a, b = fast.posterior.b.values, slow.posterior.b.values
+    for j in range(a.shape[-1]):
+        mcse = np.hypot(float(az.mcse(a[..., j])), float(az.mcse(b[..., j])))
+        assert abs(a[..., j].mean() - b[..., j].mean()) < 4 * mcse, j
+
+
+def test_shift_is_checked_and_skipped_where_it_does_not_apply():
+    model = _logistic_model(n=50)
+    with model, pytest.raises(ValueError, match="shift must be True or False; received 'yes'"):
+        pymc_sgs.SplitGibbs(shift="yes")
+    # exact mode targets Pi_rho * w, for which the move is not reversible: it is not used
+    idata = _run(model, rho=0.3, exact=True, exact_sweeps=2)
+    assert np.all(np.isnan(idata.sample_stats["shift_accept"].values))
