@@ -1,0 +1,118 @@
+"""Mixing of the over-relaxed SGS kernel with and without the shift move (pymc_sgs.shift).
+
+Same problem as ``benchmarks/mixing.py`` (logistic regression, n = 10^4, d = 10, prior
+N(0, 5^2)), with the package's pure kernel. For each coupling rho, one chain (alpha = -0.99)
+started at a draw from the Laplace approximation, with and without a shift move before every
+sweep. Both leave the same split model invariant, so only the mixing differs:
+
+* IAT (bulk) = kept sweeps / min over coefficients of ArviZ bulk ESS;
+* ms / sweep = CPU time per sweep (the shift move included);
+* ESS / CPU s = min bulk ESS per CPU second;
+* shift acc. = mean acceptance probability of the shift move.
+
+Usage::
+
+    python benchmarks/shift_mixing.py            # writes benchmarks/results/shift_mixing.md
+    python benchmarks/shift_mixing.py --quick    # smoke run, no results file
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+sys.path.append(str(Path(__file__).resolve().parent))
+
+from mixing import make_data, make_problem  # noqa: E402
+
+from pymc_sgs.kernel import SplitGibbsKernel  # noqa: E402
+from pymc_sgs.shift import ShiftMove  # noqa: E402
+from pymc_sgs.start import laplace_start  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "shift_mixing.md"
+
+
+def run(problem, rho, shift, n_burn, n_keep, seed):
+    import arviz as az
+
+    kernel = SplitGibbsKernel(problem, rho, alpha=-0.99)
+    rng = np.random.default_rng(seed)
+    start = laplace_start(kernel, np.zeros(problem.d), rng)
+    move = ShiftMove(kernel, start.mode, start.chol) if shift else None
+    state = kernel.init(start.theta, rng)
+    draws, accs = [], []
+    t0 = None
+    for i in range(n_burn + n_keep):
+        if i == n_burn:
+            t0 = time.process_time()
+        if move is not None:
+            state, acc = move.step(state, rng)
+            if i < n_burn:
+                move.tune()
+            else:
+                accs.append(acc)
+        state, _ = kernel.sweep(state, rng)
+        if i >= n_burn:
+            draws.append(state.theta)
+    cpu = time.process_time() - t0
+    draws = np.array(draws)
+    ess = min(float(az.ess(draws[None, :, j])) for j in range(problem.d))
+    return dict(iat=n_keep / ess, ms=1e3 * cpu / n_keep, ess_per_s=ess / cpu,
+                acc=float(np.mean(accs)) if accs else float("nan"))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    n, d = (2000, 5) if args.quick else (10_000, 10)
+    rhos = (0.3, 0.1) if args.quick else (0.3, 0.1, 0.03)
+    n_burn, n_keep = (100, 500) if args.quick else (300, 4000)
+    X, y, _ = make_data(n, d, seed=20220101)
+    problem = make_problem(X, y, 5.0)
+    rows = []
+    for rho in rhos:
+        for shift in (False, True):
+            r = run(problem, rho, shift, n_burn, n_keep, seed=1)
+            rows.append((rho, shift, r))
+            print(f"rho={rho:<5} shift={shift!s:<5} IAT {r['iat']:8.2f}  ms/sweep {r['ms']:6.2f}  "
+                  f"ESS/CPU s {r['ess_per_s']:8.1f}  shift acc. {r['acc']:.3f}", flush=True)
+    lines = [
+        "# Over-relaxed SGS with and without the shift move",
+        "",
+        f"- command: `python benchmarks/shift_mixing.py{' --quick' if args.quick else ''}`",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}, "
+        f"git {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True, cwd=ROOT).stdout.strip()}",
+        f"- problem: logistic regression n={n}, d={d} (benchmarks/mixing.py data), alpha=-0.99, "
+        f"one chain per row, {n_burn} burn-in + {n_keep} kept sweeps, start at a Laplace draw; "
+        f"load average {os.getloadavg()}",
+        "",
+        "| rho | shift | IAT (bulk) | ms / sweep (CPU) | ESS / CPU s | shift acc. |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for rho, shift, r in rows:
+        acc = "" if np.isnan(r["acc"]) else f"{r['acc']:.3f}"
+        lines.append(f"| {rho} | {'yes' if shift else 'no'} | {r['iat']:.2f} | {r['ms']:.2f} | "
+                     f"{r['ess_per_s']:.1f} | {acc} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.quick:
+        RESULTS.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
