@@ -322,3 +322,16 @@ def fused_z_pass(
             )
         _row_axpy(A, i, (znew - offset[i]) * inv_r2, atz)
     return atz, accept_sum, log_weight
+
+
+@njit(cache=True)
+def potential_sum(code, z, y, trials):
+    """``sum_i U(z_i)`` of a compiled family, without z-free constants (see :func:`_loglik`).
+
+    The shift move (:mod:`pymc_sgs.shift`) needs only differences of this sum between two
+    points with the same data, so the constants cancel.
+    """
+    total = 0.0
+    for i in range(z.shape[0]):
+        total -= _loglik(code, z[i], y[i], trials[i])
+    return total

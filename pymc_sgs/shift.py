@@ -41,6 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
+from .fused import potential_sum
+
 __all__ = ["ShiftMove", "validate_shift"]
 
 
@@ -89,8 +91,15 @@ class ShiftMove:
             res = A @ theta - resid
             val -= 0.5 * float(np.sum(w * res**2))
         with np.errstate(over="ignore", invalid="ignore"):
-            for fam, term, sl in zip(k.families, k.split_terms, k._slices):
-                val -= float(np.sum(fam.potential(split_z[sl], term.y, term.trials)))
+            for index, (fam, term, sl) in enumerate(zip(k.families, k.split_terms, k._slices)):
+                code = k._codes[index] if k.engine == "numba" and not k._piecewise[index] else None
+                if code is not None:
+                    # compiled sum: no n-sized temporaries (kernel._term_data holds the rows'
+                    # y and trials / NegativeBinomial alpha as the compiled pass reads them)
+                    _, _, y, t = k._term_data[index]
+                    val -= potential_sum(code, np.ascontiguousarray(split_z[sl]), y, t)
+                else:
+                    val -= float(np.sum(fam.potential(split_z[sl], term.y, term.trials)))
         u = self.chol.T @ (theta - self.mean)
         val += 0.5 * float(u @ u)
         return val if np.isfinite(val) else -np.inf

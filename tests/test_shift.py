@@ -137,3 +137,29 @@ def test_shift_is_checked_and_skipped_where_it_does_not_apply():
     # exact mode targets Pi_rho * w, for which the move is not reversible: it is not used
     idata = _run(model, rho=0.3, exact=True, exact_sweeps=2)
     assert np.all(np.isnan(idata.sample_stats["shift_accept"].values))
+
+
+@pytest.mark.parametrize("family", ["bernoulli", "poisson", "negativebinomial"])
+def test_compiled_shift_ratio_matches_numpy(family):
+    rng = np.random.default_rng(2)
+    n, d = 300, 3
+    X = rng.normal(size=(n, d)) / 2
+    y = (rng.random(n) < 0.5).astype(float) if family == "bernoulli" else \
+        rng.poisson(2.0, n).astype(float)
+    fam = FAMILIES[family]
+    if family == "negativebinomial":
+        fam = fam.bind(alpha=3.0)
+    prob = SplitProblem(params=(ParamSlice("b", (d,), 0, d),), prior_mean=np.zeros(d),
+                        prior_precision=np.eye(d) / 4,
+                        split_terms=(SplitTerm("y", fam, X, np.zeros(n), y),))
+    z0, z1 = rng.normal(0.5, 1, n), rng.normal(0.5, 1, n)
+    t0, t1 = rng.normal(size=d), rng.normal(size=d)
+    diffs = {}
+    for engine in ("numba", "numpy"):
+        kernel = SplitGibbsKernel(prob, rho=0.2, engine=engine)
+        assert kernel.engine == engine
+        move = ShiftMove(kernel, np.zeros(d), np.eye(d))
+        diffs[engine] = (move._log_target_minus_reference(t1, z1)
+                         - move._log_target_minus_reference(t0, z0))
+    assert np.isfinite(diffs["numpy"])
+    np.testing.assert_allclose(diffs["numba"], diffs["numpy"], rtol=1e-10, atol=1e-8)
