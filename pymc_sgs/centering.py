@@ -33,6 +33,7 @@ import numpy as np
 import scipy.optimize
 
 from .problem import SplitProblem
+from .start import neg_log_posterior
 
 __all__ = ["map_estimate", "center_problem"]
 
@@ -63,29 +64,12 @@ def _check_centrable(problem: SplitProblem) -> None:
 
 
 def _objective(problem: SplitProblem):
-    """Negative log posterior, its gradient and Hessian on theta."""
-    P = np.asarray(problem.prior_precision, float)
-    m = np.asarray(problem.prior_mean, float)
-
-    def f(theta):
-        r = theta - m
-        val = 0.5 * r @ P @ r
-        grad = P @ r
-        hess = P.copy()
-        for t in problem.split_terms:
-            eta = t.A @ theta + t.offset
-            val += np.sum(t.family.potential(eta, t.y, t.trials))
-            grad = grad + t.A.T @ t.family.grad(eta, t.y, t.trials)
-            hess = hess + (t.A.T * t.family.hess(eta, t.y, t.trials)) @ t.A
-        for g in problem.gaussian_terms:
-            w = 1.0 / np.broadcast_to(np.asarray(g.sigma, float), (g.n,)) ** 2
-            res = g.A @ theta + g.offset - g.y
-            val += 0.5 * np.sum(w * res**2)
-            grad = grad + g.A.T @ (w * res)
-            hess = hess + (g.A.T * w) @ g.A
-        return float(val), grad, hess
-
-    return f
+    """Negative log posterior of theta, its gradient and Hessian."""
+    return neg_log_posterior(
+        problem.prior_precision, problem.prior_mean,
+        [(t.family, t.A, t.offset, t.y, t.trials) for t in problem.split_terms],
+        [(g.A, np.asarray(g.y, float) - g.offset, g.sigma) for g in problem.gaussian_terms],
+    )
 
 
 def map_estimate(problem: SplitProblem, theta0=None, *, tol: float = 1e-10) -> np.ndarray:

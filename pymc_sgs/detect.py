@@ -157,6 +157,18 @@ def _find_inverse_link(param, scalar_op_type, free):
     clipping of probabilities away from 0 and 1, a multiplicative exposure) is
     accepted here and checked numerically later (:func:`_affine_map`).
     """
+    return find_outermost(
+        param, free,
+        lambda node: isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, scalar_op_type),
+    )
+
+
+def find_outermost(param, free, matches):
+    """Outermost nodes ``node`` with ``matches(node)`` whose first input depends on ``free``.
+
+    Walks the graph of ``param`` down to the free variables without looking inside the
+    matches; returns their outputs, each once.
+    """
     found, seen, stack = [], set(), [param]
     while stack:
         var = stack.pop()
@@ -164,7 +176,7 @@ def _find_inverse_link(param, scalar_op_type, free):
             continue
         seen.add(var)
         node = var.owner
-        if isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, scalar_op_type):
+        if matches(node):
             if free.intersection(ancestors([node.inputs[0]], blockers=free)):
                 if var not in found:
                     found.append(var)

@@ -93,20 +93,9 @@ def has_categorical_likelihood(model=None) -> bool:
 
 def _find_softmax(param, free):
     """Outermost Softmax nodes of the free variables in the graph of ``param``."""
-    from .detect import ancestors
+    from .detect import find_outermost
 
-    found, seen, stack = [], set(), [param]
-    while stack:
-        var = stack.pop()
-        if var in seen or var.owner is None or var in free:
-            continue
-        seen.add(var)
-        if isinstance(var.owner.op, Softmax):
-            if free.intersection(ancestors([var.owner.inputs[0]], blockers=free)):
-                found.append(var)
-                continue
-        stack.extend(var.owner.inputs)
-    return found
+    return find_outermost(param, free, lambda node: isinstance(node.op, Softmax))
 
 
 def _prior(rv, model, size):

@@ -413,14 +413,13 @@ class SplitGibbsKernel:
             log_w = self.log_weight(theta, mode)[0] if weights else float("nan")
             return z, mode, acc, log_w, self.theta_conditional.split_rhs(z)
         nodes, log_wx = gauss_hermite_nodes(self.n_nodes)
-        # the same node tiers as the numpy path (log_weight_rows); a missing tier never applies
-        tiers = {k: t for k, t in node_tiers(self.n_nodes) if np.isfinite(t)}
-        k_lo = self.n_nodes // 2 if self.n_nodes // 2 in tiers else self.n_nodes
-        k_q = self.n_nodes // 4 if self.n_nodes // 4 in tiers else self.n_nodes
+        # the same node tiers as the numpy path (log_weight_rows); the compiled pass takes
+        # three, so a missing small tier is padded with a threshold no row meets
+        tiers = node_tiers(self.n_nodes)
+        tiers = [(self.n_nodes, -1.0)] * (3 - len(tiers)) + tiers
+        (k_q, very_near_gaussian), (k_lo, near_gaussian), _ = tiers
         nodes_lo, log_wx_lo = gauss_hermite_nodes(k_lo)
         nodes_q, log_wx_q = gauss_hermite_nodes(k_q)
-        near_gaussian = tiers.get(self.n_nodes // 2, -1.0)
-        very_near_gaussian = tiers.get(self.n_nodes // 4, -1.0)
         z_new = np.empty(n)
         mode = np.empty(n)
         atz = np.zeros(self.A.shape[1])

@@ -42,6 +42,7 @@ import numpy as np
 import scipy.linalg
 
 from .fused import potential_sum
+from .start import kernel_neg_log_posterior
 
 __all__ = ["ShiftMove", "validate_shift"]
 
@@ -83,13 +84,8 @@ class ShiftMove:
     def _log_target_minus_reference(self, theta, split_z):
         """``-V(theta) - sum_i U_i(z_i) + (theta - mean)^T H (theta - mean) / 2``."""
         k = self.kernel
-        cond = k.theta_conditional
-        r = theta - cond._prior_mean
-        val = -0.5 * float(r @ cond._prior_precision @ r)
-        for (A, resid, _, _), s in zip(cond._gaussian, cond._sigmas or ()):
-            w = 1.0 / np.broadcast_to(np.asarray(s, float), (A.shape[0],)) ** 2
-            res = A @ theta - resid
-            val -= 0.5 * float(np.sum(w * res**2))
+        # prior and Normal terms at their current values; the split terms are taken at z below
+        val = -kernel_neg_log_posterior(k, include_split=False)(theta, need_derivatives=False)[0]
         with np.errstate(over="ignore", invalid="ignore"):
             for index, (fam, term, sl) in enumerate(zip(k.families, k.split_terms, k._slices)):
                 code = k._codes[index] if k.engine == "numba" and not k._piecewise[index] else None

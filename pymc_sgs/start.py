@@ -68,27 +68,37 @@ def weighted_gram(A, w) -> np.ndarray:
     return out
 
 
-def _objective(kernel):
-    """Negative log posterior of theta (split terms at their current families), grad, Hessian."""
-    cond = kernel.theta_conditional
-    P = cond._prior_precision
-    m = cond._prior_mean
-    sigmas = cond._sigmas or ()
-    gaussian = list(zip(cond._gaussian, sigmas))
+def neg_log_posterior(prior_precision, prior_mean, split=(), gaussian=()):
+    """``f(theta) -> (value, gradient, Hessian)`` of the negative log posterior of a GLM.
+
+    Parameters
+    ----------
+    prior_precision, prior_mean : ndarray
+        Gaussian prior ``V(theta) = (theta - m)^T P (theta - m) / 2``.
+    split : sequence of ``(family, A, offset, y, trials)``
+        Likelihood terms ``sum_i U(a_i^T theta + o_i)``.
+    gaussian : sequence of ``(A, resid, sigma)``
+        Normal terms ``sum_i (a_i^T theta - resid_i)^2 / (2 sigma_i^2)``.
+
+    ``f(theta, need_derivatives=False)`` returns ``(value, None, None)``. Shared by the Laplace
+    start (here), the MAP of :mod:`pymc_sgs.centering` and the shift move.
+    """
+    P = np.asarray(prior_precision, dtype=float)
+    m = np.asarray(prior_mean, dtype=float)
 
     def f(theta, need_derivatives=True):
         r = theta - m
         val = 0.5 * r @ P @ r
         grad = P @ r if need_derivatives else None
         hess = P.copy() if need_derivatives else None
-        for fam, term in zip(kernel.families, kernel.split_terms):
-            eta = term.A @ theta + term.offset
-            val += float(np.sum(fam.potential(eta, term.y, term.trials)))
+        for fam, A, offset, y, trials in split:
+            eta = A @ theta + offset
+            val += float(np.sum(fam.potential(eta, y, trials)))
             if need_derivatives:
-                grad = grad + term.A.T @ fam.grad(eta, term.y, term.trials)
-                hess = hess + weighted_gram(term.A, fam.hess(eta, term.y, term.trials))
-        for (A, resid, gram, a_resid), s in gaussian:
-            w = 1.0 / np.broadcast_to(np.asarray(s, float), (A.shape[0],)) ** 2
+                grad = grad + A.T @ fam.grad(eta, y, trials)
+                hess = hess + weighted_gram(A, fam.hess(eta, y, trials))
+        for A, resid, sigma in gaussian:
+            w = 1.0 / np.broadcast_to(np.asarray(sigma, float), (A.shape[0],)) ** 2
             res = A @ theta - resid
             val += 0.5 * float(np.sum(w * res**2))
             if need_derivatives:
@@ -97,6 +107,19 @@ def _objective(kernel):
         return float(val), grad, hess
 
     return f
+
+
+def kernel_neg_log_posterior(kernel, include_split: bool = True):
+    """:func:`neg_log_posterior` at the kernel's current families, prior and Normal scales.
+
+    ``include_split=False`` leaves out the split likelihood terms (the shift move evaluates
+    them at z, not at ``A theta + o``).
+    """
+    cond = kernel.theta_conditional
+    split = [(fam, t.A, t.offset, t.y, t.trials)
+             for fam, t in zip(kernel.families, kernel.split_terms)] if include_split else ()
+    gaussian = [(A, resid, s) for (A, resid, _, _), s in zip(cond._gaussian, cond._sigmas or ())]
+    return neg_log_posterior(cond._prior_precision, cond._prior_mean, split, gaussian)
 
 
 def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 50,
@@ -120,7 +143,7 @@ def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 5
     for fam in kernel.families:
         if isinstance(fam, PiecewiseLinearFamily) or not fam.log_concave:
             return LaplaceStart(None, None, 0, f"{fam!r} is kinked or not log-concave")
-    f = _objective(kernel)
+    f = kernel_neg_log_posterior(kernel)
     cond = kernel.theta_conditional
     theta = np.asarray(theta0, dtype=float).copy()
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -159,8 +182,8 @@ def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 5
         # Newton stopped) gives no usable approximation
         scale = np.asarray(cond._prior_precision).diagonal().copy()
         for term in kernel.split_terms:
-            scale += np.asarray(term.A.multiply(term.A).sum(axis=0)).ravel() \
-                if hasattr(term.A, "multiply") else np.einsum("ij,ij->j", term.A, term.A)
+            # dense: theta_solver="cholesky" refuses sparse designs
+            scale += np.einsum("ij,ij->j", term.A, term.A)
         if np.any(np.diag(L) ** 2 < 1e-6 * np.maximum(scale, 1e-300)):
             return LaplaceStart(None, None, it, "the posterior is nearly flat in some direction")
     draw = theta + scipy.linalg.solve_triangular(L, rng.standard_normal(theta.shape[0]),

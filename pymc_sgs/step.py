@@ -279,19 +279,8 @@ class SplitGibbs(BlockedStep):
         self.shift = validate_shift(shift)
         self.split = split
         bias_tol = validate_bias_tol(bias_tol)
-        if isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer)) or exact_sweeps < 1:
-            raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
-        self.weight_every = _validate_log_weights(log_weights)
-        if exact and self.weight_every > 1:
-            raise ValueError(
-                "exact=True needs the importance weight of every draw; received "
-                f"log_weights={log_weights!r}. Use log_weights=True."
-            )
-        if (self.auto_rho or exact) and not log_weights:
-            raise ValueError(
-                "log_weights=False is incompatible with rho='auto' and exact=True, which need "
-                "the importance weights; received log_weights=False."
-            )
+        self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
+                                                     self.auto_rho)
         model = pm.modelcontext(model)
         self.detected = detect_split_problem(model, vars, split_gaussian=split_gaussian)
         self.free_rates = list(self.detected.free_rates)
@@ -612,6 +601,28 @@ class SplitGibbs(BlockedStep):
         if var.dtype in pm.discrete_types:
             return Competence.INCOMPATIBLE
         return Competence.COMPATIBLE
+
+
+def _validate_weight_options(exact, exact_sweeps, log_weights, auto_rho: bool) -> int:
+    """Check ``exact_sweeps`` and ``log_weights`` against ``exact`` and ``rho="auto"``.
+
+    Returns every how many draws the weights are recorded after tuning.
+    """
+    if (isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer))
+            or exact_sweeps < 1):
+        raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
+    weight_every = _validate_log_weights(log_weights)
+    if exact and weight_every > 1:
+        raise ValueError(
+            "exact=True needs the importance weight of every draw; received "
+            f"log_weights={log_weights!r}. Use log_weights=True."
+        )
+    if (auto_rho or exact) and not log_weights:
+        raise ValueError(
+            "log_weights=False is incompatible with rho='auto' and exact=True, which need "
+            "the importance weights; received log_weights=False."
+        )
+    return weight_every
 
 
 def _validate_log_weights(log_weights) -> int:

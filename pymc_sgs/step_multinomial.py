@@ -23,7 +23,8 @@ from .kernel import validate_alpha, validate_rho
 from .multinomial import CategoricalSplitKernel, max_weight_classes
 from .rho import RhoTuner, validate_bias_tol
 from .shift import validate_shift
-from .step import AUTO_RHO_START, SplitGibbs, _data_fingerprints, _validate_log_weights
+from .start import validate_init
+from .step import AUTO_RHO_START, SplitGibbs, _data_fingerprints, _validate_weight_options
 
 __all__ = ["CategoricalSplitGibbs"]
 
@@ -109,15 +110,14 @@ class CategoricalSplitGibbs(SplitGibbs):
                     f"{np.shape(rho)}."
                 )
             validate_rho(rho, 1)
-        if not isinstance(init, str) or init not in ("laplace", "point"):
-            raise ValueError(f"init must be 'laplace' or 'point'; received {init!r}.")
-        self.init = init
+        self.init = validate_init(init)
         # the joint (theta, z) shift of pymc_sgs.shift is written for one-dimensional
         # potentials; this step has none, whatever ``shift`` says
         validate_shift(shift)
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
-        self.weight_every = _validate_log_weights(log_weights)
+        self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
+                                                     self.auto_rho)
         unsupported = [
             ("split_gaussian", split_gaussian, not split_gaussian, "split_gaussian=False"),
             ("theta_solver", theta_solver, theta_solver in ("auto", "cholesky"),
@@ -137,19 +137,6 @@ class CategoricalSplitGibbs(SplitGibbs):
             raise ValueError(
                 f"backend={getattr(backend, 'describe', lambda: backend)()} is not available "
                 f"{where}; the kernel runs in this process (leave backend unset)."
-            )
-        if (isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer))
-                or exact_sweeps < 1):
-            raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
-        if exact and self.weight_every > 1:
-            raise ValueError(
-                "exact=True needs the importance weight of every draw; received "
-                f"log_weights={log_weights!r}. Use log_weights=True."
-            )
-        if (self.auto_rho or exact) and not log_weights:
-            raise ValueError(
-                "log_weights=False is incompatible with rho='auto' and exact=True, which need "
-                "the importance weights; received log_weights=False."
             )
         model = pm.modelcontext(model)
         self.detected = detect_categorical(model, vars)
