@@ -26,6 +26,7 @@ import numpy as np
 import scipy.linalg
 
 from .families import Family
+from .series import series_remainder, series_rows
 
 __all__ = [
     "ZDraw",
@@ -216,7 +217,7 @@ class ZMove(NamedTuple):
 
     z: np.ndarray
     mode: np.ndarray
-    #: mean acceptance probability over the block
+    #: fraction of the block's proposals accepted
     accept_prob: float
 
 
@@ -232,7 +233,12 @@ def overrelaxed_z_move(
     ``min(1, p(z') N(z; m, s^2) / (p(z) N(z'; m, s^2)))``. The log ratio is
     ``r(z) - r(z')`` with ``r(z) = D_U(z, m) + g'(m)(z - m) - U''(m)(z - m)^2 / 2``,
     the non-Gaussian remainder of ``g`` around ``m`` (zero for Gaussian
-    potentials, so those moves are always accepted).
+    potentials, so those moves are always accepted). Nearly Gaussian rows
+    (:mod:`pymc_sgs.series`) take ``m`` and ``s`` from one Newton step at the
+    centre instead of the mode search; the ratio is then ``R(z - c) - R(z' - c)``
+    with ``R`` the third-order Taylor remainder of ``U`` at the centre. Either way
+    the move is exact; the returned ``accept_prob`` is the fraction of rows
+    whose proposal was accepted.
 
     Parameters
     ----------
@@ -252,20 +258,43 @@ def overrelaxed_z_move(
     trials = None if trials is None else np.broadcast_to(trials, (n,))
     rho = np.broadcast_to(np.asarray(rho, dtype=float), (n,))
     inv_r2 = 1.0 / rho**2
-    m = find_z_mode(family, y, trials, centre, rho, z_init)
-    curv = family.hess(m, y, trials)
-    gm = family.grad(m, y, trials) + (m - centre) * inv_r2
-    s = 1.0 / np.sqrt(curv + inv_r2)
+    # nearly Gaussian rows: one Newton step from the centre (pymc_sgs.series); the others:
+    # the Laplace approximation at the mode
+    near = series_rows(family, y, trials, centre, rho)
+    tier = np.zeros(n, dtype=bool) if near is None else near.mask
+    rest = ~tier
+    m = np.empty(n)
+    s = np.empty(n)
+    z = np.asarray(z, dtype=float)
+    if np.any(tier):
+        m[tier] = near.mean[tier]
+        s[tier] = near.scale[tier]
+    if np.any(rest):
+        y_r, t_r = y[rest], None if trials is None else trials[rest]
+        c_r, rho_r = centre[rest], rho[rest]
+        m_r = find_z_mode(family, y_r, t_r, c_r, rho_r, None if z_init is None else np.asarray(z_init)[rest])
+        curv = family.hess(m_r, y_r, t_r)
+        gm = family.grad(m_r, y_r, t_r) + (m_r - c_r) * inv_r2[rest]
+        m[rest] = m_r
+        s[rest] = 1.0 / np.sqrt(curv + inv_r2[rest])
     prop = m + alpha * (z - m) + np.sqrt(1.0 - alpha**2) * s * rng.standard_normal(n)
+    log_ratio = np.empty(n)
+    if np.any(tier):
+        h = near.derivatives[1][tier]
+        y_t, t_t, c_t = y[tier], None if trials is None else trials[tier], centre[tier]
+        log_ratio[tier] = (
+            series_remainder(family, z[tier], c_t, y_t, t_t, h)
+            - series_remainder(family, prop[tier], c_t, y_t, t_t, h)
+        )
+    if np.any(rest):
 
-    def remainder(v):
-        dv = v - m
-        return family.bregman(v, m, y, trials) + gm * dv - 0.5 * curv * dv**2
+        def remainder(v):
+            dv = v - m_r
+            return family.bregman(v, m_r, y_r, t_r) + gm * dv - 0.5 * curv * dv**2
 
-    log_ratio = remainder(z) - remainder(prop)
-    accept_prob = np.exp(np.minimum(log_ratio, 0.0))
-    accept = rng.random(n) < accept_prob
-    return ZMove(z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept_prob)) if n else 1.0)
+        log_ratio[rest] = remainder(z[rest]) - remainder(prop[rest])
+    accept = rng.random(n) < np.exp(np.minimum(log_ratio, 0.0))
+    return ZMove(z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept)) if n else 1.0)
 
 
 def mh_z_move(
@@ -325,9 +354,8 @@ def mh_z_move(
 
     log_ratio = log_ratio_part(z) - log_ratio_part(prop)
     log_ratio = np.where(np.isnan(log_ratio), -np.inf, log_ratio)
-    accept_prob = np.exp(np.minimum(log_ratio, 0.0))
-    accept = rng.random(n) < accept_prob
-    return ZMove(z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept_prob)) if n else 1.0)
+    accept = rng.random(n) < np.exp(np.minimum(log_ratio, 0.0))
+    return ZMove(z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept)) if n else 1.0)
 
 
 class SingularPrecisionError(ValueError):
@@ -384,6 +412,7 @@ class GaussianThetaConditional:
         n = self.split_A.shape[0]
         rho = np.asarray(rho, dtype=float)
         self.rho = np.broadcast_to(rho, (n,))
+        self._scalar_rho = float(rho) if rho.ndim == 0 else None
         self._w = 1.0 / self.rho**2
         if n == 0:
             self._split_precision = np.zeros((self.d, self.d))
@@ -470,6 +499,15 @@ class GaussianThetaConditional:
         if self.split_A.shape[0] == 0:
             return np.zeros(self.d)
         return self.split_A.T @ (self._w * (z - self.split_offset))
+
+    def split_rhs_change(self, delta, a_delta) -> np.ndarray:
+        """Change of :meth:`split_rhs` when ``z`` moves by ``a_delta = A delta``.
+
+        ``A^T A delta / rho^2``: a d x d product when ``rho`` is a scalar (``A^T A`` is kept).
+        """
+        if self._scalar_rho is not None and self._split_gram is not None:
+            return self._split_gram @ delta / self._scalar_rho**2
+        return self.split_A.T @ (self._w * a_delta)
 
     def sample(self, z, rng: np.random.Generator, theta=None, alpha: float = 0.0) -> np.ndarray:
         """Draw ``theta | z``, over-relaxed around the current ``theta`` when ``alpha != 0``.

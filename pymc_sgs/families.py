@@ -40,6 +40,21 @@ def _softplus(z):
     return np.logaddexp(0.0, z)
 
 
+def _logistic_derivatives(w, t, y):
+    """Derivatives 1 to 6 in ``w`` of ``t softplus(w) - y w``.
+
+    With ``p = expit(w)``, ``v = p (1 - p)`` and ``u = 1 - 2 p``: ``t p - y``, ``t v``,
+    ``t v u``, ``t v (1 - 6 v)``, ``t v u (1 - 12 v)``, ``t v (1 - 30 v + 120 v^2)``.
+    """
+    p = expit(w)
+    q = expit(-w)
+    v = p * q
+    u = q - p
+    return t * p - y, t * v, t * v * u, t * v * (1.0 - 6.0 * v), t * v * u * (1.0 - 12.0 * v), (
+        t * v * (1.0 - 30.0 * v + 120.0 * v * v)
+    )
+
+
 class Family:
     """A likelihood family seen as a potential of the linear predictor.
 
@@ -131,6 +146,20 @@ class Family:
         """
         return None
 
+    def taylor_derivatives(self, z, y, trials=None):
+        """The derivatives ``U^(1), ..., U^(6)`` at ``z``, or None when not implemented.
+
+        Rows whose ``z_i | theta`` is nearly Gaussian use the Taylor expansion of
+        ``U`` at the linear predictor for the z-move's proposal and for the
+        importance weight (:mod:`pymc_sgs.series`); a family without these
+        derivatives always takes the mode search and quadrature.
+        """
+        return None
+
+    def higher_bound(self, lo, hi, y, trials=None):
+        """Bounds on ``|U^(3)|`` and ``|U^(4)|`` over ``[lo, hi]`` (elementwise), or None."""
+        return None
+
     def bregman(self, z, z0, y, trials=None):
         """Bregman divergence ``U(z) - U(z0) - U'(z0) (z - z0)`` (>= 0 when convex).
 
@@ -220,6 +249,12 @@ class BinomialLogit(Family):
         t = np.broadcast_to(np.asarray(trials, dtype=float), shape)
         return t / (6.0 * np.sqrt(3.0)), t / 8.0
 
+    def taylor_derivatives(self, z, y, trials=None):
+        return _logistic_derivatives(z, trials, y)
+
+    def higher_bound(self, lo, hi, y, trials=None):
+        return self.third_fourth(lo, y, trials)
+
     def log_likelihood(self, z, y, trials=None):
         logcomb = gammaln(trials + 1) - gammaln(y + 1) - gammaln(trials - y + 1)
         return logcomb + y * z - trials * _softplus(z)
@@ -262,6 +297,12 @@ class BernoulliLogit(BinomialLogit):
     def third_fourth(self, z, y, trials=None):
         return super().third_fourth(z, y, 1.0)
 
+    def taylor_derivatives(self, z, y, trials=None):
+        return super().taylor_derivatives(z, y, 1.0)
+
+    def higher_bound(self, lo, hi, y, trials=None):
+        return super().higher_bound(lo, hi, y, 1.0)
+
     def log_likelihood(self, z, y, trials=None):
         # y log expit(z) + (1 - y) log expit(-z), with one transcendental per element
         return y * z - _softplus(z)
@@ -293,6 +334,15 @@ class PoissonLog(Family):
 
     def third_fourth(self, z, y, trials=None):
         e = np.exp(z)
+        return e, e
+
+    def taylor_derivatives(self, z, y, trials=None):
+        e = np.exp(z)
+        return e - y, e, e, e, e, e
+
+    def higher_bound(self, lo, hi, y, trials=None):
+        # every derivative is e^z, increasing
+        e = np.exp(hi)
         return e, e
 
     def log_likelihood(self, z, y, trials=None):
@@ -342,6 +392,13 @@ class NormalIdentity(Family):
 
     def third_fourth(self, z, y, trials=None):
         return np.zeros(np.shape(z)), np.zeros(np.shape(z))
+
+    def taylor_derivatives(self, z, y, trials=None):
+        zero = np.zeros(np.shape(z))
+        return (z - y) / trials**2, np.broadcast_to(1.0 / np.asarray(trials) ** 2, np.shape(z)), zero, zero, zero, zero
+
+    def higher_bound(self, lo, hi, y, trials=None):
+        return np.zeros(np.shape(lo)), np.zeros(np.shape(lo))
 
 
 def _check_counts(y, where, family):
@@ -419,6 +476,13 @@ class NegativeBinomialLog(Family):
         # the logistic bounds (see BinomialLogit.third_fourth) with y + alpha trials
         t = np.broadcast_to(np.asarray(y, dtype=float) + self.params["alpha"], np.shape(z))
         return t / (6.0 * np.sqrt(3.0)), t / 8.0
+
+    def taylor_derivatives(self, z, y, trials=None):
+        # U' = (y + alpha) expit(w) - y; the higher ones are the logistic's with y + alpha trials
+        return _logistic_derivatives(self._w(z), np.asarray(y, dtype=float) + self.params["alpha"], y)
+
+    def higher_bound(self, lo, hi, y, trials=None):
+        return self.third_fourth(lo, y, trials)
 
 
 def _mills(z):

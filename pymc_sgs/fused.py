@@ -5,7 +5,10 @@ the design once:
 
 * the linear predictor ``c_i = a_i^T theta + o_i``;
 * the mode ``m_i`` and Laplace scale ``s_i`` of ``z_i | theta`` (safeguarded
-  Newton, warm-started);
+  Newton, warm-started), or, for nearly Gaussian rows, the Gaussian of one
+  Newton step at ``c_i`` (:mod:`pymc_sgs.series`: no mode search, no
+  quadrature, and an acceptance test that needs the likelihood only when the
+  uniform falls within a bound on the remainder of 1);
 * the over-relaxed MH move of ``z_i`` (:func:`pymc_sgs.conditionals.overrelaxed_z_move`);
 * the row's log importance weight (adaptive Gauss–Hermite at ``m_i, s_i``,
   :mod:`pymc_sgs.weights`);
@@ -34,7 +37,7 @@ from .families import (
     PoissonLog,
 )
 
-__all__ = ["family_code", "row_parameter", "fused_z_pass"]
+__all__ = ["family_code", "row_parameter", "fused_z_pass", "shifted_potential_change"]
 
 LOGIT, LOG, IDENTITY, NEGBIN = 0, 1, 2, 3
 
@@ -231,9 +234,66 @@ def _remainder_diff(code, zi, prop, m, g, h, e, gm, y, t):
 
 
 @njit(cache=True)
+def _taylor(code, c, y, t):
+    """``U'(c), ..., U^(6)(c)`` (see :meth:`pymc_sgs.families.Family.taylor_derivatives`)."""
+    if code == LOGIT or code == NEGBIN:
+        if code == LOGIT:
+            w, tt = c, t
+        else:
+            w, tt = c - math.log(t), y + t
+        # selects, not branches: the sign of w is random from row to row
+        e = math.exp(-abs(w))
+        big = 1.0 / (1.0 + e)
+        small = e * big
+        p = big if w >= 0.0 else small
+        q = small if w >= 0.0 else big
+        v = p * q
+        u = q - p
+        tv = tt * v
+        return (tt * p - y, tv, tv * u, tv * (1.0 - 6.0 * v), tv * u * (1.0 - 12.0 * v),
+                tv * (1.0 - 30.0 * v + 120.0 * v * v))
+    if code == LOG:
+        e = math.exp(c)
+        return e - y, e, e, e, e, e
+    return (c - y) / (t * t), 1.0 / (t * t), 0.0, 0.0, 0.0, 0.0
+
+
+@njit(cache=True)
+def _higher_bound(code, c, reach, y, t):
+    """Bounds on ``|U^(3)|`` and ``|U^(4)|`` within ``reach`` of ``c`` (Family.higher_bound)."""
+    if code == LOGIT:
+        return 0.09622504486493763 * t, 0.125 * t
+    if code == NEGBIN:
+        return 0.09622504486493763 * (y + t), 0.125 * (y + t)
+    if code == LOG:
+        e = math.exp(c + reach)
+        return e, e
+    return 0.0, 0.0
+
+
+@njit(cache=True)
+def _series_log_weight(g, h, u3, u4, u5, u6, s2, r2):
+    """The closed-form log weight of a nearly Gaussian row (pymc_sgs.series.series_log_weight)."""
+    mu = -g * s2
+    a3 = u3 / 6.0
+    a4 = u4 / 24.0
+    m2 = mu * mu + s2
+    m3 = mu * m2 + 2.0 * s2 * mu
+    m4 = mu * m3 + 3.0 * s2 * m2
+    m5 = mu * m4 + 4.0 * s2 * m3
+    m6 = mu * m5 + 5.0 * s2 * m4
+    m7 = mu * m6 + 6.0 * s2 * m5
+    m8 = mu * m7 + 7.0 * s2 * m6
+    mean_r = a3 * m3 + a4 * m4 + u5 / 120.0 * m5 + u6 / 720.0 * m6
+    var_r = a3 * a3 * (m6 - m3 * m3) + 2.0 * a3 * a4 * (m7 - m3 * m4) + a4 * a4 * (m8 - m4 * m4)
+    return 0.5 * math.log1p(h * r2) - 0.5 * g * g * s2 + mean_r - 0.5 * var_r
+
+
+@njit(cache=True)
 def fused_z_pass(
     A, offset, y, trials, rho, code, theta, z, z_mode, alpha, eps, u, nodes, log_wx, weights,
     z_out, mode_out, nodes_lo, log_wx_lo, near_gaussian, nodes_q, log_wx_q, very_near_gaussian,
+    series_gaussian,
 ):
     """Over-relaxed MH move of every z_i at ``theta``, fused with the weights and ``A^T w (z - o)``.
 
@@ -254,6 +314,9 @@ def fused_z_pass(
         |U''''(m)| s^4 <= near_gaussian``, see :mod:`pymc_sgs.weights`).
     nodes_q, log_wx_q : float64 arrays
         The smallest rule, for rows with that bound ``<= very_near_gaussian``.
+    series_gaussian : float
+        Rows with the ``kappa`` of :mod:`pymc_sgs.series` at most this take the
+        Taylor expansion at the linear predictor for both the move and the weight.
     weights : bool
         Whether to compute the log importance weight.
     z_out, mode_out : (n,) float64
@@ -264,7 +327,7 @@ def fused_z_pass(
     atz : (d,) float64
         ``sum_i a_i (z_i - o_i) / rho_i^2``.
     accept_sum : float
-        Sum of MH acceptance probabilities.
+        Number of accepted z-moves.
     log_weight : float
         ``sum_i [log p(y_i | c_i) - log E_{N(c_i, rho_i^2)} p(y_i | z)]``.
     """
@@ -277,17 +340,50 @@ def fused_z_pass(
     for i in range(n):
         c = _row_dot(A, i, theta, offset[i])
         yi, ti, ri = y[i], trials[i], rho[i]
+        inv_r2 = 1.0 / (ri * ri)
+        # nearly Gaussian rows (pymc_sgs.series): the Gaussian of one Newton step at c
+        g, h, u3, u4, u5, u6 = _taylor(code, c, yi, ti)
+        s2 = 1.0 / (h + inv_r2)
+        s = math.sqrt(s2)
+        mu = -g * s2
+        reach = abs(mu) + 6.0 * s
+        m3b, m4b = _higher_bound(code, c, reach, yi, ti)
+        w = s + abs(mu)
+        if m3b * w * w * w + m4b * w * w * w * w <= series_gaussian:
+            m = c + mu
+            zi = z[i]
+            prop = m + alpha * (zi - m) + sq * s * eps[i]
+            dz = abs(zi - c)
+            dp = abs(prop - c)
+            if code == LOG and (dz > reach or dp > reach):
+                bound = math.inf
+            else:
+                bound = m3b * (dz * dz * dz + dp * dp * dp) / 6.0
+            # |log ratio| <= bound: accept without the likelihood unless u is above 1 - bound
+            accepted = u[i] < 1.0 - bound
+            if not accepted:
+                log_ratio = (_bregman(code, zi, c, yi, ti) - 0.5 * h * (zi - c) ** 2) - (
+                    _bregman(code, prop, c, yi, ti) - 0.5 * h * (prop - c) ** 2
+                )
+                accepted = u[i] < (math.exp(log_ratio) if log_ratio < 0.0 else 1.0)
+            znew = prop if accepted else zi
+            accept_sum += 1.0 if accepted else 0.0
+            z_out[i] = znew
+            mode_out[i] = m
+            if weights:
+                log_weight += _series_log_weight(g, h, u3, u4, u5, u6, s2, ri * ri)
+            _row_axpy(A, i, (znew - offset[i]) * inv_r2, atz)
+            continue
         # converged rows stop early; the cap only matters for astronomically wide brackets
         m, g, curv, e = _mode(code, yi, ti, c, ri, z_mode[i], 1e-6, 4000)
-        inv_r2 = 1.0 / (ri * ri)
         s = 1.0 / math.sqrt(curv + inv_r2)
         gm = g + (m - c) * inv_r2
         zi = z[i]
         prop = m + alpha * (zi - m) + sq * s * eps[i]
         log_ratio = _remainder_diff(code, zi, prop, m, g, curv, e, gm, yi, ti)
         acc = math.exp(log_ratio) if log_ratio < 0.0 else 1.0
-        accept_sum += acc
         znew = prop if u[i] < acc else zi
+        accept_sum += 1.0 if u[i] < acc else 0.0
         z_out[i] = znew
         mode_out[i] = m
         if weights:
@@ -325,13 +421,41 @@ def fused_z_pass(
 
 
 @njit(cache=True)
-def potential_sum(code, z, y, trials):
-    """``sum_i U(z_i)`` of a compiled family, without z-free constants (see :func:`_loglik`).
+def shifted_potential_change(code, A, delta, z, y, trials, z_out, shift_out):
+    """``sum_i [U(z_i + a_i^T delta) - U(z_i)]`` of a compiled family, in one pass.
 
-    The shift move (:mod:`pymc_sgs.shift`) needs only differences of this sum between two
-    points with the same data, so the constants cancel.
+    Writes ``z_i + a_i^T delta`` to ``z_out`` and ``a_i^T delta`` to ``shift_out`` (what the
+    shift move of :mod:`pymc_sgs.shift` needs on acceptance). For the logit links the
+    ``log(1 + e^{-|w|})`` parts of the two softplus terms enter as a running product of their
+    ratios (each in [1/2, 2], logged every 256 rows): two exponentials per row and no logarithm.
     """
+    n = A.shape[0]
     total = 0.0
-    for i in range(z.shape[0]):
-        total -= _loglik(code, z[i], y[i], trials[i])
-    return total
+    prod = 1.0
+    for i in range(n):
+        x = _row_dot(A, i, delta, 0.0)
+        v0 = z[i]
+        v1 = v0 + x
+        shift_out[i] = x
+        z_out[i] = v1
+        yi, ti = y[i], trials[i]
+        if code == LOGIT or code == NEGBIN:
+            if code == LOGIT:
+                w0, w1, tt = v0, v1, ti
+            else:
+                lt = math.log(ti)
+                w0, w1, tt = v0 - lt, v1 - lt, yi + ti
+            total += tt * (max(w1, 0.0) - max(w0, 0.0)) - yi * x
+            ratio = (1.0 + math.exp(-abs(w1))) / (1.0 + math.exp(-abs(w0)))
+            if tt == 1.0:
+                prod *= ratio
+            else:
+                total += tt * math.log(ratio)
+            if (i & 255) == 255:
+                total += math.log(prod)
+                prod = 1.0
+        elif code == LOG:
+            total += math.exp(v0) * math.expm1(x) - yi * x
+        else:
+            total += 0.5 * x * (v1 + v0 - 2.0 * yi) / (ti * ti)
+    return total + math.log(prod)

@@ -28,6 +28,7 @@ from .nonsmooth import (
 )
 from .problem import SplitProblem
 from .theta_cg import CGThetaConditional
+from .series import SERIES_GAUSSIAN
 from .weights import N_NODES, gauss_hermite_nodes, log_weight_rows, node_tiers
 
 __all__ = [
@@ -221,6 +222,7 @@ class SplitGibbsKernel:
                 f"(engine={self.engine!r}); use dtype='float64'."
             )
         self._codes = codes
+        self._rng_buffers = {}
         if self.engine == "numba":
             self.A = np.ascontiguousarray(self.A, dtype=np.float64)
             self._term_data = [
@@ -444,18 +446,27 @@ class SplitGibbsKernel:
                         log_weight_rows_piecewise(term.family, y, term.trials, centre, rho)[0]
                     ))
                 continue
-            eps = rng.standard_normal(m)
-            u = rng.random(m)
+            # the same random numbers as rng.standard_normal(m), rng.random(m), written into
+            # buffers the kernel keeps (fresh n-sized arrays cost page faults every sweep)
+            eps, u = self._random_buffers(sl, m)
+            rng.standard_normal(out=eps)
+            rng.random(out=u)
             a, acc_t, lw_t = fused_z_pass(
                 A, off, y, trials, np.ascontiguousarray(self._rho_rows[sl]), code, theta,
                 np.ascontiguousarray(z[sl]), np.ascontiguousarray(z_mode[sl]), self.alpha, eps, u,
                 nodes, log_wx, weights, z_new[sl], mode[sl], nodes_lo, log_wx_lo, near_gaussian,
-                nodes_q, log_wx_q, very_near_gaussian,
+                nodes_q, log_wx_q, very_near_gaussian, SERIES_GAUSSIAN,
             )
             atz += a
             acc += acc_t
             log_w += lw_t
         return z_new, mode, acc / max(n, 1), (log_w if weights else float("nan")), atz
+
+    def _random_buffers(self, sl, m):
+        key = (sl.start, m)
+        if key not in self._rng_buffers:
+            self._rng_buffers[key] = (np.empty(m), np.empty(m))
+        return self._rng_buffers[key]
 
     def sweep(self, state: SGSState, rng: np.random.Generator, weights: bool | None = None):
         """One Gibbs sweep of the split model.

@@ -20,7 +20,8 @@ split model ``Pi_rho`` invariant, so the sweeps, the importance weights and the 
 certificate are unchanged; it is an extra block of the same Gibbs scan, in the spirit of the
 interweaving and "marginal augmentation" moves for data-augmentation samplers.
 
-Cost: one product ``A delta`` and two evaluations of the potentials per move.
+Cost: one compiled pass over the data per move (``A delta`` and the change of the potentials,
+two exponentials per row for the logit link).
 
 References
 ----------
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from .fused import potential_sum
+from .fused import shifted_potential_change
 from .start import kernel_neg_log_posterior
 
 __all__ = ["ShiftMove", "validate_shift"]
@@ -81,45 +82,65 @@ class ShiftMove:
     def __post_init__(self):
         self._window = []
 
-    def _log_target_minus_reference(self, theta, split_z):
-        """``-V(theta) - sum_i U_i(z_i) + (theta - mean)^T H (theta - mean) / 2``."""
+    def _log_unsplit(self, theta):
+        """``-V(theta)``: prior and Normal terms at their current values."""
+        return -kernel_neg_log_posterior(self.kernel, include_split=False)(
+            theta, need_derivatives=False
+        )[0]
+
+    def _log_reference(self, theta):
+        """Log density of the reference Gaussian ``N(mean, (L L^T)^-1)`` up to a constant."""
+        u = self.chol.T @ (theta - self.mean)
+        return -0.5 * float(u @ u)
+
+    def _split_change(self, z, delta):
+        """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]``, ``z + A delta`` and ``A delta``."""
         k = self.kernel
-        # prior and Normal terms at their current values; the split terms are taken at z below
-        val = -kernel_neg_log_posterior(k, include_split=False)(theta, need_derivatives=False)[0]
+        n = z.shape[0]
+        z_prop = np.empty(n)
+        a_delta = np.empty(n)
+        change = 0.0
         with np.errstate(over="ignore", invalid="ignore"):
             for index, (fam, term, sl) in enumerate(zip(k.families, k.split_terms, k._slices)):
                 code = k._codes[index] if k.engine == "numba" and not k._piecewise[index] else None
                 if code is not None:
-                    # compiled sum: no n-sized temporaries (kernel._term_data holds the rows'
-                    # y and trials / NegativeBinomial alpha as the compiled pass reads them)
-                    _, _, y, t = k._term_data[index]
-                    val -= potential_sum(code, np.ascontiguousarray(split_z[sl]), y, t)
+                    # one compiled pass: A delta, the moved z and the change of the potentials
+                    A, _, y, t = k._term_data[index]
+                    change += shifted_potential_change(
+                        code, A, delta, np.ascontiguousarray(z[sl]), y, t, z_prop[sl], a_delta[sl]
+                    )
                 else:
-                    val -= float(np.sum(fam.potential(split_z[sl], term.y, term.trials)))
-        u = self.chol.T @ (theta - self.mean)
-        val += 0.5 * float(u @ u)
-        return val if np.isfinite(val) else -np.inf
+                    a_delta[sl] = k.A[sl] @ delta
+                    z_prop[sl] = z[sl] + a_delta[sl]
+                    change += float(np.sum(fam.potential(z_prop[sl], term.y, term.trials))
+                                    - np.sum(fam.potential(z[sl], term.y, term.trials)))
+        return change, z_prop, a_delta
 
     def step(self, state, rng: np.random.Generator):
         """One move from ``state`` (an :class:`~pymc_sgs.kernel.SGSState`).
 
         Returns ``(state, accept_prob)``. Uses ``d + 1`` random numbers. On acceptance the
-        state's log weight and ``A^T z`` are dropped (they depend on theta and z), and the
-        cached modes are shifted with z, as warm starts.
+        state's log weight is dropped (it depends on theta), ``A^T z`` is updated by
+        ``A^T A delta / rho^2`` and the cached modes are shifted with z, as warm starts.
         """
         theta = state.theta
         eps = rng.standard_normal(theta.shape[0])
         noise = scipy.linalg.solve_triangular(self.chol, eps, lower=True, trans="T")
         prop = self.mean + self.beta * (theta - self.mean) + np.sqrt(1.0 - self.beta**2) * noise
         delta = prop - theta
-        a_delta = self.kernel.A @ delta
-        z_prop = state.z + a_delta
-        log_ratio = (self._log_target_minus_reference(prop, z_prop)
-                     - self._log_target_minus_reference(theta, state.z))
+        change, z_prop, a_delta = self._split_change(state.z, delta)
+        log_ratio = (
+            self._log_unsplit(prop) - self._log_unsplit(theta) - change
+            - (self._log_reference(prop) - self._log_reference(theta))
+        )
         accept_prob = float(np.exp(min(0.0, log_ratio))) if not np.isnan(log_ratio) else 0.0
         if rng.random() < accept_prob:
+            tc = self.kernel.theta_conditional
+            atz = None
+            if state.atz is not None and hasattr(tc, "split_rhs_change"):
+                atz = state.atz + tc.split_rhs_change(delta, a_delta)
             state = state._replace(theta=prop, z=z_prop, z_mode=state.z_mode + a_delta,
-                                   log_weight=float("nan"), atz=None)
+                                   log_weight=float("nan"), atz=atz)
         self._window.append(accept_prob)
         return state, accept_prob
 
