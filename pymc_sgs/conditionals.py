@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
+from scipy.linalg.blas import dtrsv
 
 from .families import Family
 from .series import series_remainder, series_rows
@@ -37,6 +38,7 @@ __all__ = [
     "sample_z_exact",
     "GaussianThetaConditional",
     "SingularPrecisionError",
+    "triangular_solve",
 ]
 
 #: default cap on rejection rounds before the z-sampler gives up with an error
@@ -358,6 +360,16 @@ def mh_z_move(
     return ZMove(z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept)) if n else 1.0)
 
 
+def triangular_solve(lower_f, b, trans: bool = False) -> np.ndarray:
+    """``L^-1 b`` (or ``L^-T b``) for a lower-triangular ``L`` stored in Fortran order.
+
+    BLAS ``dtrsv`` directly: the same result as :func:`scipy.linalg.solve_triangular`
+    without its ~15 us of argument checks, which were a measurable part of a sweep at
+    small n (two solves per theta-step, one per shift move).
+    """
+    return dtrsv(lower_f, np.ascontiguousarray(b, dtype=np.float64), lower=1, trans=1 if trans else 0)
+
+
 class SingularPrecisionError(ValueError):
     """The precision of ``theta | z`` is not positive definite."""
 
@@ -468,6 +480,7 @@ class GaussianThetaConditional:
             if np.min(np.diag(chol) ** 2 / np.diag(Q)) < 1e-10:
                 raise np.linalg.LinAlgError("numerically singular")
             self._chol = chol
+            self._chol_f = np.asfortranarray(chol)
         except np.linalg.LinAlgError as err:
             raise SingularPrecisionError(
                 "the precision of theta | z is not positive definite: the coefficients are "
@@ -486,13 +499,11 @@ class GaussianThetaConditional:
     def mean(self, split_rhs) -> np.ndarray:
         """Conditional mean given ``A^T ((z - o) / rho^2)``."""
         b = self._prior_linear + self._gaussian_linear + split_rhs
-        L = self._chol
-        tmp = scipy.linalg.solve_triangular(L, b, lower=True)
-        return scipy.linalg.solve_triangular(L, tmp, lower=True, trans="T")
+        return triangular_solve(self._chol_f, triangular_solve(self._chol_f, b), trans=True)
 
     def noise(self, eps) -> np.ndarray:
         """``L^{-T} eps``: a draw from ``N(0, Q^{-1})`` when ``eps ~ N(0, I)``."""
-        return scipy.linalg.solve_triangular(self._chol, eps, lower=True, trans="T")
+        return triangular_solve(self._chol_f, eps, trans=True)
 
     def split_rhs(self, z) -> np.ndarray:
         """``A^T ((z - o) / rho^2)``, the data part of the linear term."""

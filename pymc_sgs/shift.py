@@ -40,12 +40,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
+from .conditionals import triangular_solve
 from .fused import shifted_potential_change
 from .start import kernel_neg_log_posterior
 
-__all__ = ["ShiftMove", "validate_shift"]
+__all__ = ["ShiftMove", "validate_shift", "validate_shift_moves", "moves_for_acceptance"]
 
 
 def validate_shift(shift) -> bool:
@@ -53,6 +53,43 @@ def validate_shift(shift) -> bool:
     if not isinstance(shift, (bool, np.bool_)):
         raise ValueError(f"shift must be True or False; received {shift!r}.")
     return bool(shift)
+
+
+#: most moves per sweep that ``shift_moves="auto"`` chooses
+MAX_AUTO_MOVES = 3
+#: ``"auto"`` makes enough moves that all of them are rejected with at most this probability
+ALL_REJECTED = 0.08
+
+
+def validate_shift_moves(shift_moves):
+    """``shift_moves`` must be ``"auto"`` or an integer from 1 to 20; returns it."""
+    if isinstance(shift_moves, str) and shift_moves == "auto":
+        return shift_moves
+    if isinstance(shift_moves, (bool, np.bool_)) or not isinstance(shift_moves, (int, np.integer)) \
+            or not 1 <= shift_moves <= 20:
+        raise ValueError(
+            f"shift_moves must be 'auto' or an integer from 1 to 20 (shift moves per sweep); "
+            f"received {shift_moves!r}."
+        )
+    return int(shift_moves)
+
+
+def moves_for_acceptance(accept: float) -> int:
+    """Moves per sweep that leave every move rejected with probability <= ALL_REJECTED.
+
+    ``ceil(log(ALL_REJECTED) / log(1 - accept))``, from 1 to :data:`MAX_AUTO_MOVES`: one move
+    when the Laplace proposal is accepted more than 92% of the time, two at 72-92%, three
+    below. A further move costs one pass over the data (a third to a half of a sweep), so it
+    pays when the previous ones were often rejected (logistic, n=1e4: d=10, acceptance 0.9,
+    minimum ESS per 1000 draws 638 -> 785 with two moves at the same wall time; d=100,
+    acceptance 0.63: 243 -> 436 with two moves, 565 with three, for 6% and 46% more time).
+    """
+    if not accept < 1.0:
+        return 1
+    if accept <= 0.0:
+        return MAX_AUTO_MOVES
+    k = int(np.ceil(np.log(ALL_REJECTED) / np.log1p(-accept) - 1e-9))
+    return int(min(max(k, 1), MAX_AUTO_MOVES))
 
 
 @dataclass
@@ -70,17 +107,24 @@ class ShiftMove:
         Lower Cholesky factor of its precision (the Hessian at the mode).
     beta : float
         Persistence in ``[0, 1)``: 0 is an independence proposal; tuned by :meth:`tune`.
+    moves : int or "auto"
+        Moves per call of :meth:`run`; ``"auto"`` starts at one and is tuned by
+        :meth:`tune` (:func:`moves_for_acceptance`).
     """
 
     kernel: object
     mean: np.ndarray
     chol: np.ndarray
     beta: float = 0.0
+    moves: object = "auto"
     #: acceptance probabilities of the current tuning window
     _window: list = None
 
     def __post_init__(self):
         self._window = []
+        self._adapt_moves = self.moves == "auto"
+        self.moves = 1 if self._adapt_moves else int(self.moves)
+        self._chol_f = np.asfortranarray(self.chol, dtype=float)
 
     def _log_unsplit(self, theta):
         """``-V(theta)``: prior and Normal terms at their current values."""
@@ -125,7 +169,7 @@ class ShiftMove:
         """
         theta = state.theta
         eps = rng.standard_normal(theta.shape[0])
-        noise = scipy.linalg.solve_triangular(self.chol, eps, lower=True, trans="T")
+        noise = triangular_solve(self._chol_f, eps, trans=True)
         prop = self.mean + self.beta * (theta - self.mean) + np.sqrt(1.0 - self.beta**2) * noise
         delta = prop - theta
         change, z_prop, a_delta = self._split_change(state.z, delta)
@@ -144,11 +188,21 @@ class ShiftMove:
         self._window.append(accept_prob)
         return state, accept_prob
 
-    #: tuning draws per adaptation of beta
+    def run(self, state, rng: np.random.Generator):
+        """:attr:`moves` moves from ``state``; returns ``(state, mean acceptance probability)``."""
+        total = 0.0
+        for _ in range(self.moves):
+            state, accept_prob = self.step(state, rng)
+            total += accept_prob
+        return state, total / self.moves
+
+    #: moves per adaptation of beta (and, with ``moves="auto"``, of the number of moves)
     WINDOW = 50
 
     def tune(self) -> None:
-        """Adapt ``beta`` from the acceptance of the last window (called every tuning draw).
+        """Adapt ``beta`` (and an ``"auto"`` number of moves) from the acceptance of the last window.
+
+        Called after every tuning draw; acts once :data:`WINDOW` moves have been made.
 
         An independence proposal (``beta = 0``) is best when it is accepted often; when the
         acceptance falls below 0.25 (a posterior far from its Laplace approximation) the
@@ -158,6 +212,8 @@ class ShiftMove:
             return
         acc = float(np.mean(self._window))
         self._window = []
+        if self._adapt_moves:
+            self.moves = moves_for_acceptance(acc)
         if acc < 0.25:
             self.beta = 1.0 - 0.5 * (1.0 - self.beta)
         elif acc > 0.6 and self.beta > 0.0:

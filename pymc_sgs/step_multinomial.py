@@ -22,7 +22,7 @@ from .detect_multinomial import detect_categorical
 from .kernel import validate_alpha, validate_rho
 from .multinomial import CategoricalSplitKernel, max_weight_classes
 from .rho import RhoTuner, validate_bias_tol
-from .shift import validate_shift
+from .shift import validate_shift, validate_shift_moves
 from .start import validate_init
 from .step import AUTO_RHO_START, SplitGibbs, _data_fingerprints, _validate_weight_options
 
@@ -95,6 +95,7 @@ class CategoricalSplitGibbs(SplitGibbs):
         center: bool = False,
         init: str = "laplace",
         shift: bool = True,
+        shift_moves="auto",
     ):
         where = "for a pm.Categorical (multinomial logit) likelihood"
         self.auto_rho = isinstance(rho, str) and rho == "auto"
@@ -114,6 +115,7 @@ class CategoricalSplitGibbs(SplitGibbs):
         # the joint (theta, z) shift of pymc_sgs.shift is written for one-dimensional
         # potentials; this step has none, whatever ``shift`` says
         validate_shift(shift)
+        validate_shift_moves(shift_moves)
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
@@ -226,6 +228,7 @@ class CategoricalSplitGibbs(SplitGibbs):
             "log_weight": float(info.log_weight),
             "exact_accept": exact_accept,
             "shift_accept": float("nan"),
+            "shift_moves": float("nan"),
         }
         if self.tune and self.rho_tuner is not None:
             new_rho = self.rho_tuner.update(info.log_weight)

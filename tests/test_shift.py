@@ -197,3 +197,33 @@ def test_accepted_shift_keeps_the_linear_term_exact(per_row_rho):
             np.testing.assert_allclose(state.atz, kernel.theta_conditional.split_rhs(state.z),
                                        rtol=1e-10, atol=1e-8)
     assert accepted >= 10
+
+
+def test_auto_number_of_moves():
+    from pymc_sgs.shift import moves_for_acceptance
+
+    # every move rejected with probability <= 8%, at most 3 moves
+    assert [moves_for_acceptance(a) for a in (1.0, 0.97, 0.95, 0.9, 0.8, 0.7, 0.5, 0.1, 0.0)] \
+        == [1, 1, 1, 2, 2, 3, 3, 3, 3]
+    for a in np.linspace(0.01, 0.99, 99):
+        k = moves_for_acceptance(a)
+        assert (1 - a) ** k <= 0.08 + 1e-12 or k == 3
+        assert k == 1 or (1 - a) ** (k - 1) > 0.08
+
+
+def test_shift_moves_through_pymc():
+    # a small data set, where one Laplace proposal is accepted less often than 95%: "auto"
+    # settles on more than one move per sweep, keeps it after tuning and reports it; a fixed
+    # count is honoured
+    model = _logistic_model(n=120, d=6)
+    idata = _run(model, rho=0.1)
+    k = idata.sample_stats["shift_moves"].values
+    acc = idata.sample_stats["shift_accept"].values
+    assert np.all(k == k[:, :1]) and np.all((k >= 2) & (k <= 3)), k[:, 0]
+    assert np.nanmean(acc) < 0.95
+    fixed = _run(model, rho=0.1, shift_moves=3)
+    assert np.all(fixed.sample_stats["shift_moves"].values == 3)
+    with model:
+        for bad in (0, 21, 2.5, "many", True):
+            with pytest.raises(ValueError, match="shift_moves"):
+                pymc_sgs.SplitGibbs(shift_moves=bad)
