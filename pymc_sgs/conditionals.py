@@ -425,7 +425,8 @@ class GaussianThetaConditional:
         rho = np.asarray(rho, dtype=float)
         self.rho = np.broadcast_to(rho, (n,))
         self._scalar_rho = float(rho) if rho.ndim == 0 else None
-        self._w = 1.0 / self.rho**2
+        # a stride-0 view for a scalar rho: no n-vector
+        self._w = np.broadcast_to(1.0 / rho**2, (n,)) if rho.ndim == 0 else 1.0 / self.rho**2
         if n == 0:
             self._split_precision = np.zeros((self.d, self.d))
         elif rho.ndim == 0:

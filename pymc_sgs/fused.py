@@ -61,7 +61,11 @@ def row_parameter(family: Family, trials, n: int) -> np.ndarray:
         value = family.params["alpha"]
     else:
         value = 1.0 if trials is None else trials
-    return np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=float), (n,)))
+    value = np.asarray(value, dtype=float)
+    if value.ndim == 0:
+        # a stride-0 view: a common value costs no n-vector (the compiled loops index it)
+        return np.broadcast_to(value, (n,))
+    return np.ascontiguousarray(np.broadcast_to(value, (n,)))
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"})

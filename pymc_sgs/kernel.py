@@ -115,6 +115,17 @@ def validate_alpha(alpha) -> float:
     return a
 
 
+#: rows per call of the exact z-sampler (bounds its temporaries; smaller terms are one block)
+Z_BLOCK = 65536
+
+
+def _rows_of(values, rows):
+    """``values[rows]`` for a per-row array; None and scalars pass through."""
+    if values is None or np.ndim(values) == 0:
+        return values
+    return np.asarray(values)[rows]
+
+
 class SplitGibbsKernel:
     """Exact split Gibbs sampler (Algorithm 1) for a :class:`SplitProblem`.
 
@@ -328,12 +339,18 @@ class SplitGibbsKernel:
                 n_exact += m
                 acc += m
             elif fam.log_concave:
-                draw = sample_z_exact(
-                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], rng, z_mode[sl]
-                )
-                z_new[sl] = draw.z
-                mode[sl] = draw.mode
-                n_prop += draw.n_proposals
+                # in row blocks: the vectorised rejection sampler keeps about a dozen temporaries
+                # of its input's length (a peak of 1.4 x the design at n = 1e6, d = 10)
+                for lo in range(0, m, Z_BLOCK):
+                    rows = slice(sl.start + lo, sl.start + min(lo + Z_BLOCK, m))
+                    local = slice(lo, min(lo + Z_BLOCK, m))
+                    draw = sample_z_exact(
+                        fam, term.y[local], _rows_of(term.trials, local),
+                        centre[rows], self._rho_rows[rows], rng, z_mode[rows],
+                    )
+                    z_new[rows] = draw.z
+                    mode[rows] = draw.mode
+                    n_prop += draw.n_proposals
                 n_exact += m
                 acc += m
             else:
