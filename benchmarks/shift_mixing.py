@@ -3,12 +3,14 @@
 Same problem as ``benchmarks/mixing.py`` (logistic regression, n = 10^4, d = 10, prior
 N(0, 5^2)), with the package's pure kernel. For each coupling rho, one chain (alpha = -0.99)
 started at a draw from the Laplace approximation, with and without a shift move before every
-sweep. Both leave the same split model invariant, so only the mixing differs:
+sweep (``shift_moves="auto"``: one to three moves per sweep, set during burn-in from the
+acceptance, as ``SplitGibbs`` does). Both leave the same split model invariant, so only the
+mixing differs:
 
 * IAT (bulk) = kept sweeps / min over coefficients of ArviZ bulk ESS;
 * ms / sweep = CPU time per sweep (the shift move included);
 * ESS / CPU s = min bulk ESS per CPU second;
-* shift acc. = mean acceptance probability of the shift move.
+* shift acc. = mean acceptance probability of the shift move; moves = shift moves per sweep.
 
 Usage::
 
@@ -60,7 +62,7 @@ def run(problem, rho, shift, n_burn, n_keep, seed):
         if i == n_burn:
             t0 = time.process_time()
         if move is not None:
-            state, acc = move.step(state, rng)
+            state, acc = move.run(state, rng)
             if i < n_burn:
                 move.tune()
             else:
@@ -72,7 +74,8 @@ def run(problem, rho, shift, n_burn, n_keep, seed):
     draws = np.array(draws)
     ess = min(float(az.ess(draws[None, :, j])) for j in range(problem.d))
     return dict(iat=n_keep / ess, ms=1e3 * cpu / n_keep, ess_per_s=ess / cpu,
-                acc=float(np.mean(accs)) if accs else float("nan"))
+                acc=float(np.mean(accs)) if accs else float("nan"),
+                moves=move.moves if move is not None else 0)
 
 
 def main(argv=None):
@@ -90,7 +93,8 @@ def main(argv=None):
             r = run(problem, rho, shift, n_burn, n_keep, seed=1)
             rows.append((rho, shift, r))
             print(f"rho={rho:<5} shift={shift!s:<5} IAT {r['iat']:8.2f}  ms/sweep {r['ms']:6.2f}  "
-                  f"ESS/CPU s {r['ess_per_s']:8.1f}  shift acc. {r['acc']:.3f}", flush=True)
+                  f"ESS/CPU s {r['ess_per_s']:8.1f}  shift acc. {r['acc']:.3f}  moves {r['moves']}",
+                  flush=True)
     lines = [
         "# Over-relaxed SGS with and without the shift move",
         "",
@@ -101,13 +105,13 @@ def main(argv=None):
         f"one chain per row, {n_burn} burn-in + {n_keep} kept sweeps, start at a Laplace draw; "
         f"load average {os.getloadavg()}",
         "",
-        "| rho | shift | IAT (bulk) | ms / sweep (CPU) | ESS / CPU s | shift acc. |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| rho | shift | IAT (bulk) | ms / sweep (CPU) | ESS / CPU s | shift acc. | moves |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for rho, shift, r in rows:
         acc = "" if np.isnan(r["acc"]) else f"{r['acc']:.3f}"
         lines.append(f"| {rho} | {'yes' if shift else 'no'} | {r['iat']:.2f} | {r['ms']:.2f} | "
-                     f"{r['ess_per_s']:.1f} | {acc} |")
+                     f"{r['ess_per_s']:.1f} | {acc} | {r['moves'] or ''} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.quick:

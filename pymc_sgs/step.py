@@ -196,10 +196,12 @@ class SplitGibbs(BlockedStep):
 
     Sampler stats (in ``idata.sample_stats``): ``rho``; ``z_proposals``, the
     mean number of Gaussian proposals per exact ``z_i`` draw (``alpha=0``);
-    ``z_accept``, the mean MH acceptance probability of the over-relaxed
-    z-moves (``alpha != 0``); ``log_weight``, the draw's log importance
+    ``z_accept``, the fraction of the over-relaxed z-moves accepted
+    (``alpha != 0``); ``log_weight``, the draw's log importance
     weight (nan when ``log_weights=False``); ``exact_accept``, the acceptance
-    probability of the pi-correction (exact mode; nan otherwise).
+    probability of the pi-correction (exact mode; nan otherwise);
+    ``shift_accept`` and ``shift_moves``, the mean acceptance and the number
+    of the shift moves made before the sweep (nan where none was made).
 
     References
     ----------
