@@ -95,6 +95,8 @@ def _measure(n, d, repeats, queue):
             # a whole iteration of the default sampler: one shift move (pymc_sgs.shift), then
             # the sweep
             move = ShiftMove(k, start.mode, start.chol)
+            for _ in range(2):  # compile
+                state, _ = move.step(state, r)
             t = time.process_time()
             for _ in range(repeats):
                 state, _ = move.step(state, r)
