@@ -263,34 +263,44 @@ def _taylor(code, c, y, t):
 
 
 @njit(cache=True)
-def _higher_bound(code, c, reach, y, t):
-    """Bounds on ``|U^(3)|`` and ``|U^(4)|`` within ``reach`` of ``c`` (Family.higher_bound)."""
+def _higher_bound(code, c, reach, y, t, e_c):
+    """Bounds on ``|U^(3)|`` and ``|U^(4)|`` within ``reach`` of ``c`` (Family.higher_bound).
+
+    ``e_c = U''(c)``, which for the log link is ``e^c``.
+    """
     if code == LOGIT:
         return 0.09622504486493763 * t, 0.125 * t
     if code == NEGBIN:
         return 0.09622504486493763 * (y + t), 0.125 * (y + t)
     if code == LOG:
-        e = math.exp(c + reach)
+        e = e_c * (1.0 + reach + reach * reach) if reach <= 1.0 else math.exp(c + reach)
         return e, e
     return 0.0, 0.0
 
 
 @njit(cache=True)
-def _series_log_weight(g, h, u3, u4, u5, u6, s2, r2):
-    """The closed-form log weight of a nearly Gaussian row (pymc_sgs.series.series_log_weight)."""
+def _series_log_weight(g, h, u3, u4, u5, u6, s2):
+    """The closed-form log weight of a nearly Gaussian row, without ``log(1 + h rho^2) / 2``.
+
+    See :func:`pymc_sgs.series.series_log_weight`; the moments of ``N(mu, s2)`` are written
+    out (independent short chains rather than the recursion) and the caller accumulates the
+    logarithm as a product.
+    """
     mu = -g * s2
     a3 = u3 / 6.0
     a4 = u4 / 24.0
-    m2 = mu * mu + s2
-    m3 = mu * m2 + 2.0 * s2 * mu
-    m4 = mu * m3 + 3.0 * s2 * m2
-    m5 = mu * m4 + 4.0 * s2 * m3
-    m6 = mu * m5 + 5.0 * s2 * m4
-    m7 = mu * m6 + 6.0 * s2 * m5
-    m8 = mu * m7 + 7.0 * s2 * m6
+    q = mu * mu
+    v2 = s2 * s2
+    v3 = v2 * s2
+    m3 = mu * (q + 3.0 * s2)
+    m4 = q * (q + 6.0 * s2) + 3.0 * v2
+    m5 = mu * (q * (q + 10.0 * s2) + 15.0 * v2)
+    m6 = q * (q * (q + 15.0 * s2) + 45.0 * v2) + 15.0 * v3
+    m7 = mu * (q * (q * (q + 21.0 * s2) + 105.0 * v2) + 105.0 * v3)
+    m8 = q * (q * (q * (q + 28.0 * s2) + 210.0 * v2) + 420.0 * v3) + 105.0 * v2 * v2
     mean_r = a3 * m3 + a4 * m4 + u5 / 120.0 * m5 + u6 / 720.0 * m6
     var_r = a3 * a3 * (m6 - m3 * m3) + 2.0 * a3 * a4 * (m7 - m3 * m4) + a4 * a4 * (m8 - m4 * m4)
-    return 0.5 * math.log1p(h * r2) - 0.5 * g * g * s2 + mean_r - 0.5 * var_r
+    return -0.5 * g * g * s2 + mean_r - 0.5 * var_r
 
 
 @njit(cache=True)
@@ -341,6 +351,7 @@ def fused_z_pass(
     log_weight = 0.0
     sq = math.sqrt(1.0 - alpha * alpha)
     half_log_2pi = 0.5 * math.log(2.0 * math.pi)
+    det_prod = 1.0
     for i in range(n):
         c = _row_dot(A, i, theta, offset[i])
         yi, ti, ri = y[i], trials[i], rho[i]
@@ -351,7 +362,7 @@ def fused_z_pass(
         s = math.sqrt(s2)
         mu = -g * s2
         reach = abs(mu) + 6.0 * s
-        m3b, m4b = _higher_bound(code, c, reach, yi, ti)
+        m3b, m4b = _higher_bound(code, c, reach, yi, ti, h)
         w = s + abs(mu)
         if m3b * w * w * w + m4b * w * w * w * w <= series_gaussian:
             m = c + mu
@@ -375,7 +386,12 @@ def fused_z_pass(
             z_out[i] = znew
             mode_out[i] = m
             if weights:
-                log_weight += _series_log_weight(g, h, u3, u4, u5, u6, s2, ri * ri)
+                log_weight += _series_log_weight(g, h, u3, u4, u5, u6, s2)
+                # the rows' log(1 + h rho^2) / 2 as one running product (each factor >= 1)
+                det_prod *= 1.0 + h * ri * ri
+                if det_prod > 1e250:
+                    log_weight += 0.5 * math.log(det_prod)
+                    det_prod = 1.0
             _row_axpy(A, i, (znew - offset[i]) * inv_r2, atz)
             continue
         # converged rows stop early; the cap only matters for astronomically wide brackets
@@ -421,7 +437,7 @@ def fused_z_pass(
                 math.log(s) + f_m - math.log(ri) - half_log_2pi + math.log(total)
             )
         _row_axpy(A, i, (znew - offset[i]) * inv_r2, atz)
-    return atz, accept_sum, log_weight
+    return atz, accept_sum, log_weight + 0.5 * math.log(det_prod)
 
 
 @njit(cache=True)
