@@ -22,7 +22,7 @@ from .nonsmooth import PiecewiseLinearFamily
 from .nuisance import slice_sample
 from .shards import ShardKernel, validate_n_shards
 from .rho import RhoTuner, pilot_rho, validate_bias_tol
-from .shift import ShiftMove, validate_shift, validate_shift_moves
+from .shift import ShiftMove, validate_shift, validate_shift_moves, validate_shift_relaxation
 from .start import laplace_start, validate_init
 
 #: starting value of rho="auto" (in linear-predictor units)
@@ -165,6 +165,21 @@ class SplitGibbs(BlockedStep):
         (:func:`pymc_sgs.shift.moves_for_acceptance`; logistic n=1e4 d=100:
         acceptance 0.63, minimum ESS 243 -> 436 per 1000 draws with two
         moves for 6% more time). Sampler stat ``shift_moves``.
+    shift_relaxation : float
+        In ``[0, 1)``. Where the shift proposal is accepted at least 90% of the
+        time during tuning and one move per sweep is allowed (``shift_moves``
+        ``"auto"`` or 1), the sweep makes one over-relaxed move instead:
+        theta is proposed at ``centre - shift_relaxation (theta - centre)`` plus
+        Laplace noise of the matching smaller scale, still reversible for the
+        Laplace approximation and accepted by Metropolis-Hastings, so the
+        target is unchanged. Successive draws become anti-correlated, which
+        helps posterior means more than quantiles: at the default 0.3,
+        logistic and Poisson regression with n=1e5, d=10 gave 1.4-1.6x the
+        bulk ESS per CPU second of independent proposals and 0.85-0.87x the
+        tail ESS (``benchmarks/shift_mixing.py``). Sampler stat
+        ``shift_beta`` (``-shift_relaxation`` in that regime, otherwise 0
+        or, for a poorly approximated posterior, a positive persistence).
+        ``0`` turns it off.
 
     Notes
     -----
@@ -200,8 +215,9 @@ class SplitGibbs(BlockedStep):
     (``alpha != 0``); ``log_weight``, the draw's log importance
     weight (nan when ``log_weights=False``); ``exact_accept``, the acceptance
     probability of the pi-correction (exact mode; nan otherwise);
-    ``shift_accept`` and ``shift_moves``, the mean acceptance and the number
-    of the shift moves made before the sweep (nan where none was made).
+    ``shift_accept``, ``shift_moves`` and ``shift_beta``, the mean acceptance,
+    the number and the persistence (negative: over-relaxed) of the shift moves
+    made before the sweep (nan where none was made).
 
     References
     ----------
@@ -219,6 +235,7 @@ class SplitGibbs(BlockedStep):
         "exact_accept": (np.float64, []),
         "shift_accept": (np.float64, []),
         "shift_moves": (np.float64, []),
+        "shift_beta": (np.float64, []),
     }
     _state_class = SplitGibbsState
 
@@ -256,6 +273,7 @@ class SplitGibbs(BlockedStep):
         init: str = "laplace",
         shift: bool = True,
         shift_moves="auto",
+        shift_relaxation: float = 0.3,
     ):
         # parameters are checked before the model is read, so mistakes surface at once
         if backend is None:
@@ -289,6 +307,7 @@ class SplitGibbs(BlockedStep):
         self.init = validate_init(init)
         self.shift = validate_shift(shift)
         self.shift_moves = validate_shift_moves(shift_moves)
+        self.shift_relaxation = validate_shift_relaxation(shift_relaxation)
         self.split = split
         bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
@@ -406,7 +425,8 @@ class SplitGibbs(BlockedStep):
                 start = laplace_start(self.kernel, theta, self.rng)
                 if start.theta is not None and use_shift:
                     self.shift_move = ShiftMove(self.kernel, start.mode, start.chol,
-                                                moves=self.shift_moves)
+                                                moves=self.shift_moves,
+                                                relaxation=self.shift_relaxation)
                 if start.theta is not None and laplace:
                     # burn-in starts inside the posterior (pymc_sgs.start); tuning draws are
                     # discarded
@@ -426,9 +446,10 @@ class SplitGibbs(BlockedStep):
             point = self._update_nuisance(point, state)
             # the weight of theta depends on the nuisance parameters; A^T z does not
             state = state._replace(log_weight=float("nan"))
-        shift_accept = shift_moves = float("nan")
+        shift_accept = shift_moves = shift_beta = float("nan")
         if self.shift_move is not None:
             # Pi_rho-invariant joint move of (theta, z) (pymc_sgs.shift), before the sweep
+            shift_beta = float(self.shift_move.beta)
             state, shift_accept = self.shift_move.run(state, self.rng)
             shift_moves = float(self.shift_move.moves)
             if self.tune:
@@ -453,6 +474,7 @@ class SplitGibbs(BlockedStep):
             "exact_accept": float(info.exact_accept),
             "shift_accept": shift_accept,
             "shift_moves": shift_moves,
+            "shift_beta": shift_beta,
         }
         if self.tune and self.rho_tuner is not None:
             new_rho = self.rho_tuner.update(info.log_weight)

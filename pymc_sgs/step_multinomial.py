@@ -22,7 +22,7 @@ from .detect_multinomial import detect_categorical
 from .kernel import validate_alpha, validate_rho
 from .multinomial import CategoricalSplitKernel, max_weight_classes
 from .rho import RhoTuner, validate_bias_tol
-from .shift import validate_shift, validate_shift_moves
+from .shift import validate_shift, validate_shift_moves, validate_shift_relaxation
 from .start import validate_init
 from .step import AUTO_RHO_START, SplitGibbs, _data_fingerprints, _validate_weight_options
 
@@ -96,6 +96,7 @@ class CategoricalSplitGibbs(SplitGibbs):
         init: str = "laplace",
         shift: bool = True,
         shift_moves="auto",
+        shift_relaxation: float = 0.3,
     ):
         where = "for a pm.Categorical (multinomial logit) likelihood"
         self.auto_rho = isinstance(rho, str) and rho == "auto"
@@ -116,6 +117,7 @@ class CategoricalSplitGibbs(SplitGibbs):
         # potentials; this step has none, whatever ``shift`` says
         validate_shift(shift)
         validate_shift_moves(shift_moves)
+        validate_shift_relaxation(shift_relaxation)
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
@@ -229,6 +231,7 @@ class CategoricalSplitGibbs(SplitGibbs):
             "exact_accept": exact_accept,
             "shift_accept": float("nan"),
             "shift_moves": float("nan"),
+            "shift_beta": float("nan"),
         }
         if self.tune and self.rho_tuner is not None:
             new_rho = self.rho_tuner.update(info.log_weight)

@@ -40,11 +40,22 @@ class _NoReferenceShift(ShiftMove):
     """Broken on purpose: accepts with the target ratio alone, as if the proposal (which is
     reversible for the reference Gaussian, not symmetric) needed no correction."""
 
-    def _log_reference(self, theta):
+    def _log_reference(self, theta, centre):
         return 0.0
 
 
-def _chain(move_class, n_iter=12000, seed=1):
+class _MovingCentreShift(ShiftMove):
+    """Broken on purpose: centres the reference at a point that the move itself changes
+    (from ``A^T z`` alone, without the ``A^T A theta`` that keeps it fixed), so the proposal
+    is no longer reversible for the Gaussian in the MH ratio."""
+
+    def centre(self, state):
+        tc = self.kernel.theta_conditional
+        g = 4.0 * self.mean_curvature() * tc._scalar_rho**2 * state.atz
+        return self.mean - np.linalg.solve(self.chol @ self.chol.T, g)
+
+
+def _chain(move_class, n_iter=12000, seed=1, beta=0.3):
     """Alternate the exact z | theta draw with the shift move only (no theta | z step), so the
     theta-marginal is right only if the shift move leaves Pi_rho invariant."""
     prob, X, y = _gaussian_split_problem()
@@ -53,12 +64,13 @@ def _chain(move_class, n_iter=12000, seed=1):
     start = laplace_start(kernel, np.zeros(2), rng)
     # the reference Gaussian is the Laplace approximation of pi (noise sigma^2), not of the
     # chain's target pi_rho (noise sigma^2 + rho^2): the MH ratio has to correct for it
-    move = move_class(kernel, start.mode, start.chol, beta=0.3)
+    move = move_class(kernel, start.mode, start.chol, beta=beta)
     state = kernel.init(start.theta, rng)
     thetas, accs = [], []
     for _ in range(n_iter):
         z, mode, _, _ = kernel.sample_z(state.theta, state.z_mode, rng, state.z)
-        state = state._replace(z=z, z_mode=mode)
+        # A^T z kept current, as the sweeps do: the move's reference is centred from it
+        state = state._replace(z=z, z_mode=mode, atz=kernel.theta_conditional.split_rhs(z))
         state, acc = move.step(state, rng)
         thetas.append(state.theta)
         accs.append(acc)
@@ -86,11 +98,52 @@ def test_shift_move_leaves_the_split_model_invariant():
     assert np.any(np.abs(z_pi) > 4.5), z_pi
 
 
+def test_over_relaxed_shift_move_leaves_the_split_model_invariant():
+    # beta < 0 (shift_relaxation): the proposal reflects theta through the mode; still
+    # reversible for the reference Gaussian, so the split model stays invariant
+    draws, acc, X, y = _chain(ShiftMove, beta=-0.5)
+    assert 0.2 < acc < 1.0
+    mean, cov = _closed_form(X, y, SIGMA**2 + RHO**2)
+    z, ess = _z_scores(draws, mean, cov)
+    assert np.all(np.abs(z) < 4.5), z
+    z_pi, _ = _z_scores(draws, *_closed_form(X, y, SIGMA**2))
+    assert np.any(np.abs(z_pi) > 4.5), z_pi
+    # the broken move fails the same check with this proposal too
+    bad, _, _, _ = _chain(_NoReferenceShift, beta=-0.5)
+    z_bad, _ = _z_scores(bad, mean, cov)
+    assert np.any(np.abs(z_bad) > 4.5), z_bad
+
+
 def test_broken_shift_move_is_detected():
     # negative control 2: a move without the proposal's correction targets something else
     draws, _, X, y = _chain(_NoReferenceShift)
     z, _ = _z_scores(draws, *_closed_form(X, y, SIGMA**2 + RHO**2))
     assert np.any(np.abs(z) > 4.5), z
+    # negative control 3: a reference centre that moves with the move
+    draws, _, X, y = _chain(_MovingCentreShift)
+    z, _ = _z_scores(draws, *_closed_form(X, y, SIGMA**2 + RHO**2))
+    assert np.any(np.abs(z) > 4.5), z
+
+
+def test_recentred_reference_follows_the_residuals():
+    # the centre is one Newton step towards the mode of the conditional given the residuals:
+    # with h = U'' (constant for a Normal potential) it is exact for a Gaussian split model
+    prob, X, y = _gaussian_split_problem()
+    kernel = SplitGibbsKernel(prob, rho=RHO)
+    rng = np.random.default_rng(5)
+    start = laplace_start(kernel, np.zeros(2), rng)
+    move = ShiftMove(kernel, start.mode, start.chol)
+    state = kernel.init(start.theta, rng)
+    z, mode, _, _ = kernel.sample_z(state.theta, state.z_mode, rng, state.z)
+    state = state._replace(z=z, atz=kernel.theta_conditional.split_rhs(z))
+    r = z - X @ state.theta
+    # mode of -log prior - sum_i (y_i - x_i^T t - r_i)^2 / (2 sigma^2)
+    Q = np.eye(2) / PRIOR_SD**2 + X.T @ X / SIGMA**2
+    exact = np.linalg.solve(Q, X.T @ (y - r) / SIGMA**2)
+    np.testing.assert_allclose(move.centre(state), exact, rtol=1e-8, atol=1e-10)
+    assert np.linalg.norm(exact - start.mode) > 1e-3
+    move.recenter = False
+    np.testing.assert_array_equal(move.centre(state), start.mode)
 
 
 def _logistic_model(n=2000, d=4, seed=0):
@@ -209,6 +262,58 @@ def test_auto_number_of_moves():
         k = moves_for_acceptance(a)
         assert (1 - a) ** k <= 0.08 + 1e-12 or k == 3
         assert k == 1 or (1 - a) ** (k - 1) > 0.08
+
+
+def _tuned(move, accepts):
+    """Feed ``move.tune`` one window per acceptance; return (beta, moves) after each."""
+    out = []
+    for a in accepts:
+        move._window = [a] * move.WINDOW
+        move.tune()
+        out.append((move.beta, move.moves))
+    return out
+
+
+def test_over_relaxed_regime_is_entered_and_left_with_hysteresis():
+    move = ShiftMove(None, np.zeros(2), np.eye(2), moves="auto", relaxation=0.5)
+    assert _tuned(move, [0.95]) == [(-0.5, 1)]
+    # inside the regime, 0.88 and 0.86 keep it (>= 0.85 on average); with 0.75 the mean
+    # since entering drops to 0.83 and it is left
+    assert _tuned(move, [0.88, 0.86]) == [(-0.5, 1), (-0.5, 1)]
+    assert _tuned(move, [0.75]) == [(0.0, 2)]
+    # back in the independent regime, the mean since leaving decides: 0.85 is not enough
+    assert _tuned(move, [0.85, 0.97]) == [(0.0, 2), (-0.5, 1)]
+    # relaxation 0 never over-relaxes; a fixed count above one never does either
+    for kw in (dict(moves="auto", relaxation=0.0), dict(moves=2, relaxation=0.5)):
+        move = ShiftMove(None, np.zeros(2), np.eye(2), **kw)
+        assert all(beta == 0.0 for beta, _ in _tuned(move, [0.99] * 4))
+    move = ShiftMove(None, np.zeros(2), np.eye(2), moves=1, relaxation=0.3)
+    assert _tuned(move, [0.99]) == [(-0.3, 1)]
+    # a badly approximated posterior still gets a persistent (local) proposal
+    move = ShiftMove(None, np.zeros(2), np.eye(2), moves="auto", relaxation=0.5)
+    assert _tuned(move, [0.1])[0][0] > 0.0
+
+
+def test_over_relaxed_shift_through_pymc():
+    # n = 20000: the Laplace proposal is accepted > 90% of the time, so tuning settles on one
+    # over-relaxed move per sweep; the stat reports it, and relaxation 0 keeps beta = 0
+    model = _logistic_model(n=20000, d=4)
+    relaxed = _run(model, rho=0.05)
+    beta = relaxed.sample_stats["shift_beta"].values
+    assert np.all(beta == -0.3), np.unique(beta)
+    assert np.all(relaxed.sample_stats["shift_moves"].values == 1)
+    plain = _run(model, rho=0.05, shift_relaxation=0.0)
+    assert np.all(plain.sample_stats["shift_beta"].values == 0.0)
+    # anti-correlated draws: the bulk ESS of every coefficient exceeds the 1000 draws
+    assert az.ess(relaxed).b.values.min() > 1000
+    a, b = relaxed.posterior.b.values, plain.posterior.b.values
+    for j in range(a.shape[-1]):
+        mcse = np.hypot(float(az.mcse(a[..., j])), float(az.mcse(b[..., j])))
+        assert abs(a[..., j].mean() - b[..., j].mean()) < 4 * mcse, j
+    with model:
+        for bad in (-0.1, 1.0, 1.5, "half", True, None):
+            with pytest.raises(ValueError, match="shift_relaxation must be a number in"):
+                pymc_sgs.SplitGibbs(shift_relaxation=bad)
 
 
 def test_shift_moves_through_pymc():
