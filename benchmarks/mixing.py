@@ -83,13 +83,13 @@ def make_data(n: int, d: int, seed: int):
     return X, y, beta_true
 
 
-def make_problem(X, y, prior_sd: float) -> SplitProblem:
+def make_problem(X, y, prior_sd: float, family: str = "bernoulli") -> SplitProblem:
     n, d = X.shape
     return SplitProblem(
         params=(ParamSlice("beta", (d,), 0, d),),
         prior_mean=np.zeros(d),
         prior_precision=np.eye(d) / prior_sd**2,
-        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
+        split_terms=(SplitTerm("y", FAMILIES[family], X, np.zeros(n), y),),
     )
 
 

@@ -4,8 +4,8 @@ Same problem as ``benchmarks/mixing.py`` (logistic regression, n = 10^4, d = 10,
 N(0, 5^2)), with the package's pure kernel. For each coupling rho, one chain (alpha = -0.99)
 started at a draw from the Laplace approximation, with and without a shift move before every
 sweep (``shift_moves="auto"``: one to three moves per sweep, set during burn-in from the
-acceptance, as ``SplitGibbs`` does; independent proposals, ``shift_relaxation=0``). Both leave the same split model invariant, so only the
-mixing differs:
+acceptance, as ``SplitGibbs`` does; independent proposals, ``shift_relaxation=0``). Both leave
+the same split model invariant, so only the mixing differs:
 
 * IAT (bulk) = kept sweeps / min over coefficients of ArviZ bulk ESS;
 * ms / sweep = CPU time per sweep (the shift move included);
@@ -13,12 +13,12 @@ mixing differs:
 * shift acc. = mean acceptance probability of the shift move; moves = shift moves per sweep.
 
 A second table compares independent shift proposals with over-relaxed ones
-(``shift_relaxation`` 0.3 and 0.5, the default; used when the proposal is accepted at least 90% of the
-time) on two problems with n = 10^5 where that happens (logistic, d = 10, rho = 0.06; Poisson
-log link, d = 10, rho = 0.018, the data of ``benchmarks/compare.py``), at the rho that
-``rho="auto"`` picks there: bulk and tail ESS (min over coefficients) per CPU second. Tail ESS
-is the check that over-relaxation, which makes successive draws anti-correlated, does not buy
-the bulk ESS of posterior means at the expense of the quantiles.
+(``shift_relaxation`` 0.3, the default, and 0.5; used when the proposal is accepted at least 90%
+of the time) on the two n = 10^5 cases of ``benchmarks/compare.py`` where that happens
+(``logit-1e5-10``, rho = 0.06, and ``poisson-1e5``, rho = 0.018: the rho that ``rho="auto"``
+picks there), with that script's data: bulk and tail ESS (min over coefficients) per CPU
+second. Tail ESS is the check that over-relaxation, which makes successive draws
+anti-correlated, does not buy the bulk ESS of posterior means at the expense of the quantiles.
 
 Usage::
 
@@ -47,6 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.append(str(Path(__file__).resolve().parent))
 
+from compare import make_data as compare_data  # noqa: E402
 from mixing import make_data, make_problem  # noqa: E402
 
 from pymc_sgs.kernel import SplitGibbsKernel  # noqa: E402
@@ -89,24 +90,6 @@ def run(problem, rho, shift, n_burn, n_keep, seed, relaxation=0.0):
                 beta=move.beta if move is not None else float("nan"))
 
 
-def poisson_problem(n, d, seed):
-    """Poisson log-link data as in ``benchmarks/compare.py`` (intercept 0.5, prior N(0, 5^2))."""
-    from pymc_sgs.families import FAMILIES
-    from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
-
-    rng = np.random.default_rng(seed)
-    X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1)) / np.sqrt(d - 1)])
-    beta = 0.5 * rng.standard_normal(d)
-    beta[0] = 0.5
-    y = rng.poisson(np.exp(X @ beta)).astype(float)
-    return SplitProblem(
-        params=(ParamSlice("beta", (d,), 0, d),),
-        prior_mean=np.zeros(d),
-        prior_precision=np.eye(d) / 25.0,
-        split_terms=(SplitTerm("y", FAMILIES["poisson"], X, np.zeros(n), y),),
-    )
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -141,16 +124,18 @@ def main(argv=None):
         acc = "" if np.isnan(r["acc"]) else f"{r['acc']:.3f}"
         lines.append(f"| {rho} | {'yes' if shift else 'no'} | {r['iat']:.2f} | {r['ms']:.2f} | "
                      f"{r['ess_per_s']:.1f} | {acc} | {r['moves'] or ''} |")
-    n_big = 20_000 if args.quick else 100_000
     n_burn2, n_keep2 = (200, 500) if args.quick else (300, 3000)
-    Xb, yb, _ = make_data(n_big, 10, seed=20220101)
-    relax_cases = [("logistic", make_problem(Xb, yb, 5.0), 0.06),
-                   ("Poisson", poisson_problem(n_big, 10, seed=20220101), 0.018)]
+    relax_cases = []
+    for label, case, family, rho in (("logistic", "logit-1e5-10", "bernoulli", 0.06),
+                                     ("Poisson", "poisson-1e5", "poisson", 0.018)):
+        Xc, yc, prior_sd = compare_data(case, 20220101)
+        relax_cases.append((label, make_problem(Xc, yc, prior_sd, family), rho))
     lines += [
         "",
         "## Over-relaxed shift proposal (`shift_relaxation`)",
         "",
-        f"n={n_big}, d=10, alpha=-0.99, one chain per row, {n_burn2} burn-in sweeps (which tune "
+        "n=100000, d=10 (`benchmarks/compare.py` data, data seed 20220101), alpha=-0.99, "
+        f"one chain per row, {n_burn2} burn-in sweeps (which tune "
         f"the moves and the regime, as during `pm.sample`'s tuning) + {n_keep2} kept sweeps.",
         "",
         "| problem | rho | shift_relaxation | beta after tuning | moves | shift acc. | "
