@@ -316,7 +316,8 @@ def fused_z_pass(
     A : (n, d) C-contiguous float64
     offset, y, trials, rho, z, z_mode, eps, u : (n,) float64
         ``trials`` holds 1 for Bernoulli, sigma for the (test-only) Normal family
-        and alpha for NegativeBinomial (:func:`row_parameter`).
+        and alpha for NegativeBinomial (:func:`row_parameter`). ``trials`` and ``rho``
+        may be stride-0 views of one value (no n-vector for a common value).
     code : int
         Family code (:func:`family_code`).
     theta : (d,) float64

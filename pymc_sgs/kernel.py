@@ -115,8 +115,16 @@ def validate_alpha(alpha) -> float:
     return a
 
 
-#: rows per call of the exact z-sampler (bounds its temporaries; smaller terms are one block)
+#: rows per call of the exact z-sampler (bounds its temporaries; smaller terms are one block),
+#: and per block of random numbers of the over-relaxed z-move: the compiled pass draws its
+#: normals and uniforms block by block (1 MB that stays in cache instead of two n-vectors),
+#: and the numpy path moves z in the same blocks, so both use the same random numbers
 Z_BLOCK = 65536
+
+
+def _blocks(m: int):
+    """Consecutive row slices of at most :data:`Z_BLOCK` rows covering ``range(m)``."""
+    return [slice(lo, min(lo + Z_BLOCK, m)) for lo in range(0, m, Z_BLOCK)]
 
 
 def _rows_of(values, rows):
@@ -377,19 +385,23 @@ class SplitGibbsKernel:
                     fam, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
                     self.alpha, rng,
                 )
-            elif fam.log_concave:
-                mv = overrelaxed_z_move(
-                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
-                    self.alpha, rng, z_mode[sl],
-                )
-            else:
-                # no warm start: the proposal must not depend on the chain's history
-                mv = mh_z_move(
-                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl], self.alpha, rng
-                )
-            z_new[sl] = mv.z
-            mode[sl] = mv.mode
-            acc += mv.accept_prob * (sl.stop - sl.start)
+                z_new[sl] = mv.z
+                mode[sl] = mv.mode
+                acc += mv.accept_prob * (sl.stop - sl.start)
+                continue
+            # in the compiled pass's blocks (Z_BLOCK), so that both draw the same numbers
+            for local in _blocks(sl.stop - sl.start):
+                rows = slice(sl.start + local.start, sl.start + local.stop)
+                args = (fam, _rows_of(term.y, local), _rows_of(term.trials, local), centre[rows],
+                        self._rho_rows[rows], z[rows], self.alpha, rng)
+                if fam.log_concave:
+                    mv = overrelaxed_z_move(*args, z_mode[rows])
+                else:
+                    # no warm start: the proposal must not depend on the chain's history
+                    mv = mh_z_move(*args)
+                z_new[rows] = mv.z
+                mode[rows] = mv.mode
+                acc += mv.accept_prob * (local.stop - local.start)
         return z_new, mode, acc / n
 
     def log_weight(self, theta, z_mode=None):
@@ -463,27 +475,29 @@ class SplitGibbsKernel:
                         log_weight_rows_piecewise(term.family, y, term.trials, centre, rho)[0]
                     ))
                 continue
-            # the same random numbers as rng.standard_normal(m), rng.random(m), written into
-            # buffers the kernel keeps (fresh n-sized arrays cost page faults every sweep)
-            eps, u = self._random_buffers(sl, m)
-            rng.standard_normal(out=eps)
-            rng.random(out=u)
-            a, acc_t, lw_t = fused_z_pass(
-                A, off, y, trials, np.ascontiguousarray(self._rho_rows[sl]), code, theta,
-                np.ascontiguousarray(z[sl]), np.ascontiguousarray(z_mode[sl]), self.alpha, eps, u,
-                nodes, log_wx, weights, z_new[sl], mode[sl], nodes_lo, log_wx_lo, near_gaussian,
-                nodes_q, log_wx_q, very_near_gaussian, SERIES_GAUSSIAN,
-            )
-            atz += a
-            acc += acc_t
-            log_w += lw_t
+            rho, z_t, mode_t = self._rho_rows[sl], np.ascontiguousarray(z[sl]), np.ascontiguousarray(z_mode[sl])
+            z_out, mode_out = z_new[sl], mode[sl]
+            for b in _blocks(m):
+                # the numpy path's rng.standard_normal(k), rng.random(k) per block, written into
+                # buffers the kernel keeps (fresh arrays cost page faults every sweep)
+                eps, u = self._random_buffers(b.stop - b.start)
+                rng.standard_normal(out=eps)
+                rng.random(out=u)
+                a, acc_t, lw_t = fused_z_pass(
+                    A[b], off[b], y[b], trials[b], rho[b], code, theta, z_t[b], mode_t[b],
+                    self.alpha, eps, u, nodes, log_wx, weights, z_out[b], mode_out[b], nodes_lo,
+                    log_wx_lo, near_gaussian, nodes_q, log_wx_q, very_near_gaussian,
+                    SERIES_GAUSSIAN,
+                )
+                atz += a
+                acc += acc_t
+                log_w += lw_t
         return z_new, mode, acc / max(n, 1), (log_w if weights else float("nan")), atz
 
-    def _random_buffers(self, sl, m):
-        key = (sl.start, m)
-        if key not in self._rng_buffers:
-            self._rng_buffers[key] = (np.empty(m), np.empty(m))
-        return self._rng_buffers[key]
+    def _random_buffers(self, k: int):
+        if k not in self._rng_buffers:
+            self._rng_buffers[k] = (np.empty(k), np.empty(k))
+        return self._rng_buffers[k]
 
     def sweep(self, state: SGSState, rng: np.random.Generator, weights: bool | None = None):
         """One Gibbs sweep of the split model.
