@@ -465,6 +465,29 @@ def _nonfinite_data(graph, model):
     return out
 
 
+def _design_candidates(graph, n: int, d: int) -> list:
+    """The C-contiguous float64 ``(n, d)`` constants and ``pm.Data`` values in ``graph``."""
+    if d == 0 or n == 0:
+        return []
+    found = []
+    for var in ancestors([graph]):
+        if isinstance(var, Constant):
+            value = var.data
+        elif isinstance(var, SharedVariable):
+            value = var.get_value(borrow=True)
+        else:
+            continue
+        if (isinstance(value, np.ndarray) and value.shape == (n, d) and value.dtype == np.float64
+                and value.flags.c_contiguous and not any(value is f for f in found)):
+            found.append(value)
+    return found
+
+
+def _same_column(col, ref, offset) -> bool:
+    """Is the column read off the predictor ``ref`` up to rounding (of the offset's subtraction)?"""
+    return bool(np.all(np.abs(col - ref) <= 1e-12 * (1.0 + np.abs(offset) + np.abs(ref))))
+
+
 def _affine_map(terms, theta_rvs, model, rng, nuisance_rvs=()):
     """Read off ``(A, offset)`` of each linear predictor, verifying affinity numerically.
 
@@ -544,7 +567,11 @@ def _affine_map(terms, theta_rvs, model, rng, nuisance_rvs=()):
     vals0 = evaluate(np.zeros(d))
     check_link(vals0)
     offsets = vals0[:k]
-    cols = [np.empty((o.shape[0], d)) for o in offsets]
+    # A predictor X @ beta (+ offset) with X a float64 constant or pm.Data holds its design
+    # already: when the columns read off below are X's, A is X itself, not a second n x d
+    # array (the columns are compared one at a time, so no copy exists even transiently)
+    candidates = [_design_candidates(t.eta, o.shape[0], d) for t, o in zip(terms, offsets)]
+    cols = [None if cands else np.empty((o.shape[0], d)) for cands, o in zip(candidates, offsets)]
     unit = np.zeros(d)
     for j in range(d):
         unit[j] = 1.0
@@ -552,8 +579,19 @@ def _affine_map(terms, theta_rvs, model, rng, nuisance_rvs=()):
         unit[j] = 0.0
         check_link(vals)
         with np.errstate(invalid="ignore"):
-            for A, o, v in zip(cols, offsets, vals):
-                A[:, j] = v - o
+            for i, (o, v) in enumerate(zip(offsets, vals)):
+                col = v - o
+                if cols[i] is None:
+                    kept = [c for c in candidates[i] if _same_column(col, c[:, j], o)]
+                    if not kept:
+                        # not the graph's array after all: build A (its first j columns
+                        # matched the dropped candidate)
+                        cols[i] = np.empty((o.shape[0], d))
+                        cols[i][:, :j] = candidates[i][0][:, :j]
+                    candidates[i] = kept
+                if cols[i] is not None:
+                    cols[i][:, j] = col
+    cols = [A if A is not None else cands[0] for A, cands in zip(cols, candidates)]
 
     labels = _coef_labels(theta_rvs, shapes)
     for t, A, o in zip(terms, cols, offsets):

@@ -436,3 +436,77 @@ def test_bambi_logistic_matches_nuts(bambi_df):
         assert mcse < 0.1 * sd, (nm, mcse, sd)  # precise enough to mean something
         assert abs(sgs_mean - nuts_mean) < 0.1 * sd + 4 * mcse, (nm, sgs_mean, nuts_mean, sd, mcse)
         assert abs(float(idata.posterior[nm].std()) / sd - 1) < 0.15, nm
+
+
+# ------------------------------------------------- the design is the model's own array
+def _design_of(Xm, y, offset=0.0, data=False):
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 2.0, shape=Xm.shape[1])
+        X_node = pm.Data("X", Xm) if data else Xm
+        pm.Bernoulli("y", logit_p=pm.math.dot(X_node, b) + offset, observed=y)
+        prob = detect_split_problem().problem
+    (term,) = prob.split_terms
+    return term
+
+
+def test_constant_design_is_not_copied():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 4))
+    y = (rng.random(200) < 0.5).astype(float)
+    for offset in (0.0, 1.7 + rng.normal(size=200)):
+        term = _design_of(X, y, offset)
+        # the model's array itself (no second n x d copy), and the offset read off beside it
+        assert np.shares_memory(term.A, X)
+        np.testing.assert_array_equal(term.A, X)
+        np.testing.assert_allclose(term.offset, np.broadcast_to(offset, (200,)), atol=1e-12)
+
+
+def test_pm_data_design_is_not_copied():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(150, 3))
+    y = (rng.random(150) < 0.5).astype(float)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 2.0, shape=3)
+        Xd = pm.Data("X", X)
+        pm.Bernoulli("y", logit_p=pm.math.dot(Xd, b), observed=y)
+        prob = detect_split_problem().problem
+    assert np.shares_memory(prob.split_terms[0].A, model["X"].get_value(borrow=True))
+    np.testing.assert_array_equal(prob.split_terms[0].A, X)
+
+
+def test_design_not_in_the_graph_is_built():
+    # negative controls: a transformed design (2 X), a Fortran-ordered one and a design
+    # with an intercept coefficient are read off as before, into a new array
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(120, 3))
+    y = (rng.random(120) < 0.5).astype(float)
+    term = _design_of(2.0 * X, y)
+    np.testing.assert_allclose(term.A, 2.0 * X, rtol=1e-14)
+    XF = np.asfortranarray(X)
+    term = _design_of(XF, y)
+    assert not np.shares_memory(term.A, XF)
+    np.testing.assert_array_equal(term.A, X)
+    with pm.Model():
+        a = pm.Normal("a", 0.0, 2.0)
+        b = pm.Normal("b", 0.0, 2.0, shape=3)
+        pm.Bernoulli("y", logit_p=a + pm.math.dot(X, b), observed=y)
+        prob = detect_split_problem().problem
+    np.testing.assert_allclose(prob.split_terms[0].A, np.column_stack([np.ones(120), X]))
+
+
+def test_shared_design_gives_the_same_draws_as_a_copied_one():
+    # the kernel reading the model's array or a built copy of it: identical chains
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(300, 3)) / np.sqrt(3)
+    y = (rng.random(300) < 0.5).astype(float)
+    draws = []
+    for Xm in (X, np.asfortranarray(X)):
+        with pm.Model():
+            b = pm.Normal("b", 0.0, 2.0, shape=3)
+            pm.Bernoulli("y", logit_p=pm.math.dot(Xm, b), observed=y)
+            step = SplitGibbs()
+            idata = pm.sample(step=step, tune=50, draws=50, chains=1, random_seed=9,
+                              progressbar=False, compute_convergence_checks=False)
+        draws.append(idata.posterior["b"].values)
+    assert not np.shares_memory(step.kernel.A, X)  # the second (Fortran) run copied
+    np.testing.assert_array_equal(draws[0], draws[1])
