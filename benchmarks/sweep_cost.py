@@ -39,24 +39,107 @@ def _git_commit():
         return "unknown"
 
 
-def _peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+def _status_mb(field):
+    """``VmRSS`` / ``VmHWM`` (peak) of this process in MB, from /proc (Linux)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise OSError(field)
 
 
-def _measure(n, d, repeats, queue):
-    """Run in a fresh process so that peak RSS belongs to this case only."""
+def _reset_peak():
+    """Reset this process's peak RSS (``VmHWM``) to its current RSS (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+class _PeakSince:
+    """Peak RSS growth (MB) over the current RSS, from construction to ``.mb()``.
+
+    Uses ``/proc/self/clear_refs`` to restart the peak, so each phase of one process is
+    measured on its own; without /proc (not Linux) it falls back to ``ru_maxrss``, which
+    cannot be reset, and the phases' peaks are then cumulative.
+    """
+
+    def __init__(self):
+        try:
+            _reset_peak()
+            self.base = _status_mb("VmRSS")
+            self.proc = True
+        except OSError:
+            self.base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+            self.proc = False
+
+    def mb(self):
+        peak = (_status_mb("VmHWM") if self.proc
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+        return peak - self.base
+
+
+def _logistic_problem(n, d, seed=0):
     from pymc_sgs.families import FAMILIES
-    from pymc_sgs.kernel import SplitGibbsKernel
     from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) / np.sqrt(d)
+    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ rng.standard_normal(d))))).astype(float)
+    prob = SplitProblem(
+        params=(ParamSlice("b", (d,), 0, d),),
+        prior_mean=np.zeros(d),
+        prior_precision=np.eye(d) / 25.0,
+        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
+    )
+    return X, y, prob
+
+
+def _default_path(prob, d, sweeps, dtype="float64", shift=True):
+    """What SplitGibbs's defaults do with the data: Laplace start, rho, kernel, sweeps + moves."""
+    from pymc_sgs.kernel import SplitGibbsKernel
     from pymc_sgs.rho import pilot_rho
     from pymc_sgs.shift import ShiftMove
     from pymc_sgs.start import laplace_start
 
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((n, d)) / np.sqrt(d)
-    y = (rng.random(n) < 1 / (1 + np.exp(-(X @ rng.standard_normal(d))))).astype(float)
-    base = _peak_mb()
+    probe = SplitGibbsKernel(prob, rho=0.2, alpha=-0.99, engine="numba")
+    start = laplace_start(probe, np.zeros(d), np.random.default_rng(2))
+    rho = pilot_rho(probe, start.mode, start.chol, 0.1)
+    del probe
+    k = SplitGibbsKernel(prob, rho=rho, alpha=-0.99, log_weights=True, engine="numba", dtype=dtype)
+    r = np.random.default_rng(1)
+    state = k.init(start.mode, r)
+    move = ShiftMove(k, start.mode, start.chol) if shift else None
+    for _ in range(sweeps):
+        if move is not None:
+            state, _ = move.step(state, r)
+        state, _ = k.sweep(state, r)
+    return state
+
+
+def _measure(n, d, repeats, queue):
+    """Run in a fresh process so that peak RSS belongs to this case only."""
+    from pymc_sgs.kernel import SplitGibbsKernel
+    from pymc_sgs.rho import pilot_rho
+    from pymc_sgs.shift import ShiftMove
+    from pymc_sgs.start import laplace_start
+
+    # compiled code first, on a small problem: numba's JIT (or loading its cache) takes a fixed
+    # amount of memory, whatever n is, reported on its own
+    jit = _PeakSince()
+    _, _, small = _logistic_problem(2000, d)
+    _default_path(small, d, 2)
+    _default_path(small, d, 2, dtype="float32", shift=False)
+    del small
+    jit_mb = jit.mb()
+    X, y, prob = _logistic_problem(n, d)
     data_mb = X.nbytes / 2**20
+    # peak memory of the default path over the data: the Laplace start, the kernel, sweeps and
+    # shift moves, float64; then the opt-in float32 kernel (which holds a float32 copy of X)
+    mem = _PeakSince()
+    _default_path(prob, d, 3)
+    peak_default = mem.mb()
+    mem = _PeakSince()
+    _default_path(prob, d, 3, dtype="float32", shift=False)
+    peak_f32 = mem.mb()
     v = np.ones(d)
     X.T @ (X @ v)
     # CPU time of this process: the machine may be shared, and wall time would charge us
@@ -65,20 +148,24 @@ def _measure(n, d, repeats, queue):
     for _ in range(repeats):
         X.T @ (X @ v)
     t_blas = (time.process_time() - t) / repeats
+    # a floor no exact z-move goes below: one normal and one uniform per row from the numpy
+    # Generator (SplitGibbs's only source of randomness), into kept buffers
+    gen, eps, u = np.random.default_rng(3), np.empty(n), np.empty(n)
+    t = time.process_time()
+    for _ in range(repeats):
+        gen.standard_normal(out=eps)
+        gen.random(out=u)
+    t_rng = (time.process_time() - t) / repeats
+    del eps, u
 
-    prob = SplitProblem(
-        params=(ParamSlice("b", (d,), 0, d),),
-        prior_mean=np.zeros(d),
-        prior_precision=np.eye(d) / 25.0,
-        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
-    )
     # the coupling rho="auto" starts from for a 0.1-sd bias (pymc_sgs.rho.pilot_rho), from the
     # Laplace approximation; the chain starts at the posterior mode
     probe = SplitGibbsKernel(prob, rho=0.2, alpha=-0.99, engine="numba")
     start = laplace_start(probe, np.zeros(d), np.random.default_rng(2))
     rho = pilot_rho(probe, start.mode, start.chol, 0.1)
     del probe
-    row = {"n": n, "d": d, "blas_ms": 1e3 * t_blas, "data_mb": data_mb, "rho": rho}
+    row = {"n": n, "d": d, "blas_ms": 1e3 * t_blas, "rng_ms": 1e3 * t_rng, "data_mb": data_mb,
+           "rho": rho}
     for weights, dtype in ((False, "float64"), (True, "float64"), (False, "float32")):
         k = SplitGibbsKernel(prob, rho=rho, alpha=-0.99, log_weights=weights, engine="numba",
                              dtype=dtype)
@@ -104,7 +191,8 @@ def _measure(n, d, repeats, queue):
             row["iter_ms"] = 1e3 * (time.process_time() - t) / repeats
             del move
         del k
-    row["peak_extra_mb"] = _peak_mb() - base
+    row.update(peak_default_mb=peak_default, peak_f32_mb=peak_f32, jit_mb=jit_mb,
+               data_y_mb=(X.nbytes + y.nbytes) / 2**20, peak_reset=mem.proc)
     queue.put(row)
 
 
@@ -127,17 +215,21 @@ def main(argv=None):
         rows.append(q.get())
         proc.join()
     lines = [
-        "| n | d | rho | X (MB) | X.T@(X@v) ms | sweep ms (no weights) | ratio | sweep ms (with weights) | ratio | + shift move: ms | ratio | float32, no weights: ms | ratio | extra peak RSS (MB) | ÷ X size |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| n | d | rho | X (MB) | X.T@(X@v) ms | normals + uniforms alone: ms | ratio | sweep ms (no weights) | ratio | sweep ms (with weights) | ratio | + shift move: ms | ratio | float32, no weights: ms | ratio | extra peak RSS, default path (MB) | ÷ X size | float32 path (MB) | compiled code, fixed (MB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        b = r["blas_ms"]
         lines.append(
-            f"| {r['n']:.0e} | {r['d']} | {r['rho']:.3f} | {r['data_mb']:.0f} | {r['blas_ms']:.2f} | {r['sweep_ms_w0']:.2f} | "
-            f"{r['sweep_ms_w0'] / r['blas_ms']:.1f} | {r['sweep_ms_w1']:.2f} | {r['sweep_ms_w1'] / r['blas_ms']:.1f} | "
-            f"{r['iter_ms']:.2f} | {r['iter_ms'] / r['blas_ms']:.1f} | "
-            f"{r['sweep_ms_w0_f32']:.2f} | {r['sweep_ms_w0_f32'] / r['blas_ms']:.1f} | "
-            f"{r['peak_extra_mb']:.0f} | {r['peak_extra_mb'] / r['data_mb']:.2f} |"
+            f"| {r['n']:.0e} | {r['d']} | {r['rho']:.3f} | {r['data_mb']:.0f} | {b:.2f} | "
+            f"{r['rng_ms']:.2f} | {r['rng_ms'] / b:.1f} | {r['sweep_ms_w0']:.2f} | "
+            f"{r['sweep_ms_w0'] / b:.1f} | {r['sweep_ms_w1']:.2f} | {r['sweep_ms_w1'] / b:.1f} | "
+            f"{r['iter_ms']:.2f} | {r['iter_ms'] / b:.1f} | "
+            f"{r['sweep_ms_w0_f32']:.2f} | {r['sweep_ms_w0_f32'] / b:.1f} | "
+            f"{r['peak_default_mb']:.0f} | {r['peak_default_mb'] / r['data_mb']:.2f} | "
+            f"{r['peak_f32_mb']:.0f} | {r['jit_mb']:.0f} |"
         )
+    reset = all(r["peak_reset"] for r in rows)
     header = [
         "# Sweep cost vs one X.T @ (X @ v)",
         "",
@@ -148,9 +240,18 @@ def main(argv=None):
         "- kernel: bernoulli-logit, alpha = -0.99, numba engine, at the rho that rho=\"auto\" starts from",
         "  for a 0.1-sd bias (pymc_sgs.rho.pilot_rho from the Laplace approximation), chain started at the",
         "  posterior mode; '+ shift move' is a whole default iteration (one shift move, then the sweep",
-        "  with weights); times are CPU time of the process (the machine may be shared); 'extra peak RSS'",
-        "  is the resident-memory growth after X was built (Laplace start, kernel construction and",
-        "  sweeps, float32 copy included), in MB.",
+        "  with weights); times are CPU time of the process (the machine may be shared).",
+        "- 'normals + uniforms alone': drawing one standard normal and one uniform per row from a numpy",
+        "  Generator into kept buffers, the random numbers every sweep's z-move needs: a floor for the",
+        "  sweep's ratio to X.T@(X@v) at small d.",
+        "- memory, in MB of resident set (RSS), after X and y were built: 'extra peak RSS, default path'",
+        "  is the peak growth while the default sampler's path runs on the data (Laplace start, pilot",
+        "  rho, float64 kernel, 3 x (shift move + sweep with weights)); 'float32 path' the same for the",
+        "  opt-in float32 kernel, which holds a float32 copy of X; 'compiled code, fixed' the growth",
+        "  from running both paths on a 2000-row problem first (numba's compiled code and its cache: the",
+        "  same for any n, not counted in the other two). "
+        + ("Each peak is measured on its own (/proc/self/clear_refs)." if reset else
+           "No /proc here: peaks are cumulative (ru_maxrss)."),
         "",
     ]
     text = "\n".join(header + lines) + "\n"
