@@ -196,6 +196,33 @@ def _measure(n, d, repeats, queue):
     queue.put(row)
 
 
+def _targets(rows):
+    """The issue's targets for a sweep and for memory, as lines under the table."""
+    out = []
+    sweep = [(r, r["sweep_ms_w1"] / r["blas_ms"]) for r in rows if r["n"] >= 100_000]
+    for d in sorted({r["d"] for r, _ in sweep}):
+        got = [(r, x) for r, x in sweep if r["d"] == d]
+        ok = all(x <= 1.5 for _, x in got)
+        floor = ", ".join(f"{r['rng_ms'] / r['blas_ms']:.1f}" for r, _ in got)
+        out.append(
+            f"- a sweep (with weights) <= 1.5 x X.T@(X@v), n >= 1e5, d = {d}: "
+            + ", ".join(f"n={r['n']:.0e} {x:.1f}x" for r, x in got)
+            + (" -> **PASS**" if ok else f" -> **FAIL** (the random numbers alone: {floor}x)")
+        )
+    for r in rows:
+        if r["n"] != 1_000_000:
+            continue
+        extra = r["peak_default_mb"] / r["data_mb"]
+        total = (r["data_y_mb"] + r["peak_default_mb"]) / r["data_y_mb"]
+        out.append(
+            f"- peak memory <= 1.5 x the data at n = 1e6, d = {r['d']}: the default path adds "
+            f"{extra:.2f} x X ({'**PASS**' if extra <= 1.5 else '**FAIL**'}); data (X, y) and "
+            f"that peak together: {total:.2f} x the data; compiled code {r['jit_mb']:.0f} MB "
+            "(fixed) on top"
+        )
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
@@ -254,7 +281,7 @@ def main(argv=None):
            "No /proc here: peaks are cumulative (ru_maxrss)."),
         "",
     ]
-    text = "\n".join(header + lines) + "\n"
+    text = "\n".join(header + lines + [""] + _targets(rows)) + "\n"
     print(text)
     out = args.output or (None if args.quick else RESULTS / "sweep_cost.md")
     if out:

@@ -261,7 +261,9 @@ class ShiftMove:
             atz = None
             if state.atz is not None and hasattr(tc, "split_rhs_change"):
                 atz = state.atz + tc.split_rhs_change(delta, a_delta)
-            state = state._replace(theta=prop, z=z_prop, z_mode=state.z_mode + a_delta,
+            # the shifted modes go into A delta's buffer: no further n-vector at the peak
+            z_mode = np.add(state.z_mode, a_delta, out=a_delta)
+            state = state._replace(theta=prop, z=z_prop, z_mode=z_mode,
                                    log_weight=float("nan"), atz=atz)
         self._window.append(accept_prob)
         return state, accept_prob
