@@ -512,6 +512,16 @@ class GaussianThetaConditional:
             return np.zeros(self.d)
         return self.split_A.T @ (self._w * (z - self.split_offset))
 
+    def residual_projection(self, theta, atz):
+        """``A^T r`` for the residuals ``r = z - A theta - o``, from ``atz = A^T (z - o) / rho^2``.
+
+        ``rho^2 atz - A^T A theta``: two d x d products, no pass over the data. ``None``
+        unless rho is a scalar (then ``A^T A`` is kept).
+        """
+        if self._scalar_rho is None or self._split_gram is None:
+            return None
+        return self._scalar_rho**2 * atz - self._split_gram @ theta
+
     def split_rhs_change(self, delta, a_delta) -> np.ndarray:
         """Change of :meth:`split_rhs` when ``z`` moves by ``a_delta = A delta``.
 

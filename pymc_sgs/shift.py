@@ -194,11 +194,12 @@ class ShiftMove:
         Gaussian. Falls back to ``mean`` without a scalar rho or a kept ``A^T z``.
         """
         tc = getattr(self.kernel, "theta_conditional", None)
-        rho = getattr(tc, "_scalar_rho", None)
-        gram = getattr(tc, "_split_gram", None)
-        if not self.recenter or state.atz is None or rho is None or gram is None:
+        if not self.recenter or state.atz is None or not hasattr(tc, "residual_projection"):
             return self.mean
-        g = self.mean_curvature() * (rho * rho * state.atz - gram @ state.theta)
+        atr = tc.residual_projection(state.theta, state.atz)
+        if atr is None:
+            return self.mean
+        g = self.mean_curvature() * atr
         return self.mean - triangular_solve(
             self._chol_f, triangular_solve(self._chol_f, g), trans=True
         )

@@ -753,3 +753,17 @@ def test_family_validate_rejects(name, y, trials, needle):
 )
 def test_family_validate_accepts(name, y, trials):
     FAMILIES[name].validate(np.asarray(y, float), None if trials is None else np.asarray(trials), "y")
+
+
+def test_residual_projection_from_kept_quantities():
+    # A^T (z - A theta - o) from A^T (z - o) / rho^2 and the kept A^T A, without the data
+    rng = np.random.default_rng(12)
+    n, d = 40, 3
+    A, o, z, theta = rng.normal(size=(n, d)), rng.normal(size=n), rng.normal(size=n), rng.normal(size=d)
+    tc = conditionals.GaussianThetaConditional(np.eye(d), np.zeros(d), A, o, 0.3)
+    atz = tc.split_rhs(z)
+    np.testing.assert_allclose(tc.residual_projection(theta, atz), A.T @ (z - A @ theta - o),
+                               rtol=1e-10, atol=1e-10)
+    # per-row rho: no kept A^T A, so no shortcut
+    per_row = conditionals.GaussianThetaConditional(np.eye(d), np.zeros(d), A, o, np.full(n, 0.3))
+    assert per_row.residual_projection(theta, per_row.split_rhs(z)) is None
