@@ -327,6 +327,11 @@ class SplitGibbs(BlockedStep):
         if center:
             self.detected = _centered(self.detected, owned)
         self._data_fingerprints = _data_fingerprints(model)
+        # the design may be the model's own array (pymc_sgs.detect): an in-place change of it
+        # would leave the kernel's A^T A and Laplace start stale
+        self._design_fingerprints = [
+            (t.name, t.A, _digest(t.A)) for t in self.detected.problem.split_terms
+        ]
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
         self.backend = backend
@@ -582,6 +587,14 @@ class SplitGibbs(BlockedStep):
                     f"the data container {var.name!r} changed (pm.set_data) after SplitGibbs was "
                     "built; SplitGibbs reads the design and the data when it is constructed. "
                     "Construct a new SplitGibbs after pm.set_data."
+                )
+        for name, A, digest in self._design_fingerprints:
+            if _digest(A) != digest:
+                raise ValueError(
+                    f"the design matrix of observed variable {name!r} was modified in place "
+                    "after SplitGibbs was built; SplitGibbs uses the model's own array and "
+                    "reads the design when it is constructed. Construct a new SplitGibbs after "
+                    "changing the data (or build the model from a copy of it)."
                 )
 
     #: draws after tuning at which the acceptance rates are checked

@@ -161,6 +161,8 @@ class CategoricalSplitGibbs(SplitGibbs):
         self._nuisance_names = []
         self._free_sigma = False
         self._data_fingerprints = _data_fingerprints(model)
+        # detect_categorical builds its own design (a copy), which nothing else writes to
+        self._design_fingerprints = []
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else float(np.asarray(rho, dtype=float))
         det = self.detected

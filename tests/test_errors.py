@@ -444,6 +444,24 @@ def test_data_changed_after_construction():
         pm.sample(step=SplitGibbs(rho=0.3), **kw)  # rebuilt: fine
 
 
+def test_design_modified_in_place_after_construction():
+    # SplitGibbs uses the model's own float64 design array; writing into it afterwards is
+    # caught before the first sweep (the kernel's A^T A and start would be stale)
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(60, 2)), rng.integers(0, 2, 60)
+    kw = dict(draws=5, tune=5, chains=1, progressbar=False, compute_convergence_checks=False)
+    with pm.Model():
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
+        step = SplitGibbs(rho=0.3)
+        assert np.shares_memory(step.kernel.A, X)
+        X[0, 0] += 1.0
+        with pytest.raises(ValueError, match=r"design matrix of observed variable 'y' was "
+                                             r"modified in place.*Construct a new SplitGibbs"):
+            pm.sample(step=step, **kw)
+        pm.sample(step=SplitGibbs(rho=0.3), **kw)  # rebuilt: fine
+
+
 def test_empty_data_gives_the_prior():
     # no observations: a correct result (the prior), not an error; theta draws are exact
     with pm.Model():
