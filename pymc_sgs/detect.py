@@ -97,6 +97,10 @@ class DetectedModel:
         :class:`~pymc_sgs.free_rate.FreeRate` of every asymmetric Laplace term
         whose rate is a function of a free variable; SplitGibbs owns and
         updates those variables too.
+    shared_designs : list
+        ``(observed variable name, array)`` of every design that is the model's own
+        array (a float64 constant or ``pm.Data`` used in place, not copied): writing into
+        it would change the problem behind SplitGibbs's back.
     """
 
     problem: SplitProblem
@@ -106,6 +110,7 @@ class DetectedModel:
     nuisance_sources: list = field(default_factory=list)
     nuisance_vars: list = field(default_factory=list)
     free_rates: list = field(default_factory=list)
+    shared_designs: list = field(default_factory=list)
 
     def nuisance_values(self, point) -> dict:
         """``{split term index: {parameter: value}}`` of the free nuisance parameters at ``point``."""
@@ -491,6 +496,9 @@ def _same_column(col, ref, offset) -> bool:
 def _affine_map(terms, theta_rvs, model, rng, nuisance_rvs=()):
     """Read off ``(A, offset)`` of each linear predictor, verifying affinity numerically.
 
+    Returns ``(designs, offsets, shared)``, ``shared`` the ``(observed variable name,
+    array)`` of the designs that are the model's own arrays.
+
     The predictors are evaluated at ``theta = 0`` and at the unit vectors, which
     gives ``A`` and the offset, then at random points, where ``eta`` must equal
     ``offset + A @ theta``. For split terms, the distribution parameter must
@@ -591,6 +599,7 @@ def _affine_map(terms, theta_rvs, model, rng, nuisance_rvs=()):
                     candidates[i] = kept
                 if cols[i] is not None:
                     cols[i][:, j] = col
+    shared = [(t.rv.name, cands[0]) for t, A, cands in zip(terms, cols, candidates) if A is None]
     cols = [A if A is not None else cands[0] for A, cands in zip(cols, candidates)]
 
     labels = _coef_labels(theta_rvs, shapes)
@@ -674,7 +683,7 @@ def _affine_map(terms, theta_rvs, model, rng, nuisance_rvs=()):
             )
         if np.any(ref != 0.0):
             offsets[i] = offsets[i] + ref
-    return cols, offsets
+    return cols, offsets, shared
 
 
 def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0) -> DetectedModel:
@@ -783,7 +792,7 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     for t in terms:
         t.y = _observed_data(model.rvs_to_values[t.rv])
     rng = np.random.default_rng(seed)
-    cols, offsets = _affine_map(terms, theta_rvs, model, rng, nuisance_rvs)
+    cols, offsets, shared_designs = _affine_map(terms, theta_rvs, model, rng, nuisance_rvs)
     init = model.initial_point()
     nuisance_sources = []
 
@@ -862,7 +871,7 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     ]
     return DetectedModel(
         problem, [p.name for p in params], sigma_sources, prior_sources, nuisance_sources,
-        nuisance_vars, free_rates=free_rates,
+        nuisance_vars, free_rates=free_rates, shared_designs=shared_designs,
     )
 
 

@@ -327,10 +327,10 @@ class SplitGibbs(BlockedStep):
         if center:
             self.detected = _centered(self.detected, owned)
         self._data_fingerprints = _data_fingerprints(model)
-        # the design may be the model's own array (pymc_sgs.detect): an in-place change of it
+        # designs that are the model's own arrays (pymc_sgs.detect): an in-place change of one
         # would leave the kernel's A^T A and Laplace start stale
         self._design_fingerprints = [
-            (t.name, t.A, _digest(t.A)) for t in self.detected.problem.split_terms
+            (name, A, _digest(A)) for name, A in self.detected.shared_designs
         ]
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho

@@ -460,6 +460,15 @@ def test_design_modified_in_place_after_construction():
                                              r"modified in place.*Construct a new SplitGibbs"):
             pm.sample(step=step, **kw)
         pm.sample(step=SplitGibbs(rho=0.3), **kw)  # rebuilt: fine
+    # a Normal likelihood's design (a Gaussian term of theta | z, not a split one) too
+    with pm.Model():
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Normal("y", mu=pm.math.dot(X, b), sigma=1.0, observed=y.astype(float))
+        step = SplitGibbs(rho=0.3)
+        X[0, 1] += 1.0
+        with pytest.raises(ValueError, match=r"design matrix of observed variable 'y' was "
+                                             r"modified in place"):
+            pm.sample(step=step, **kw)
 
 
 def test_empty_data_gives_the_prior():
