@@ -349,9 +349,8 @@ class SplitGibbsKernel:
             elif fam.log_concave:
                 # in row blocks: the vectorised rejection sampler keeps about a dozen temporaries
                 # of its input's length (a peak of 1.4 x the design at n = 1e6, d = 10)
-                for lo in range(0, m, Z_BLOCK):
-                    rows = slice(sl.start + lo, sl.start + min(lo + Z_BLOCK, m))
-                    local = slice(lo, min(lo + Z_BLOCK, m))
+                for local in _blocks(m):
+                    rows = slice(sl.start + local.start, sl.start + local.stop)
                     draw = sample_z_exact(
                         fam, term.y[local], _rows_of(term.trials, local),
                         centre[rows], self._rho_rows[rows], rng, z_mode[rows],
