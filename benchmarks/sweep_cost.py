@@ -94,7 +94,10 @@ def _logistic_problem(n, d, seed=0):
 
 
 def _default_path(prob, d, sweeps, dtype="float64", shift=True):
-    """What SplitGibbs's defaults do with the data: Laplace start, rho, kernel, sweeps + moves."""
+    """What SplitGibbs's defaults do with the data: Laplace start, rho, kernel, sweeps + moves.
+
+    Returns the Laplace start and the rho it gave.
+    """
     from pymc_sgs.kernel import SplitGibbsKernel
     from pymc_sgs.rho import pilot_rho
     from pymc_sgs.shift import ShiftMove
@@ -112,15 +115,13 @@ def _default_path(prob, d, sweeps, dtype="float64", shift=True):
         if move is not None:
             state, _ = move.step(state, r)
         state, _ = k.sweep(state, r)
-    return state
+    return start, rho
 
 
 def _measure(n, d, repeats, queue):
     """Run in a fresh process so that peak RSS belongs to this case only."""
     from pymc_sgs.kernel import SplitGibbsKernel
-    from pymc_sgs.rho import pilot_rho
     from pymc_sgs.shift import ShiftMove
-    from pymc_sgs.start import laplace_start
 
     # compiled code first, on a small problem: numba's JIT (or loading its cache) takes a fixed
     # amount of memory, whatever n is, reported on its own
@@ -135,7 +136,9 @@ def _measure(n, d, repeats, queue):
     # peak memory of the default path over the data: the Laplace start, the kernel, sweeps and
     # shift moves, float64; then the opt-in float32 kernel (which holds a float32 copy of X)
     mem = _PeakSince()
-    _default_path(prob, d, 3)
+    # the chain below starts at this Laplace start's mode, at the coupling rho="auto" starts
+    # from for a 0.1-sd bias (pymc_sgs.rho.pilot_rho)
+    start, rho = _default_path(prob, d, 3)
     peak_default = mem.mb()
     mem = _PeakSince()
     _default_path(prob, d, 3, dtype="float32", shift=False)
@@ -158,12 +161,6 @@ def _measure(n, d, repeats, queue):
     t_rng = (time.process_time() - t) / repeats
     del eps, u
 
-    # the coupling rho="auto" starts from for a 0.1-sd bias (pymc_sgs.rho.pilot_rho), from the
-    # Laplace approximation; the chain starts at the posterior mode
-    probe = SplitGibbsKernel(prob, rho=0.2, alpha=-0.99, engine="numba")
-    start = laplace_start(probe, np.zeros(d), np.random.default_rng(2))
-    rho = pilot_rho(probe, start.mode, start.chol, 0.1)
-    del probe
     row = {"n": n, "d": d, "blas_ms": 1e3 * t_blas, "rng_ms": 1e3 * t_rng, "data_mb": data_mb,
            "rho": rho}
     for weights, dtype in ((False, "float64"), (True, "float64"), (False, "float32")):
