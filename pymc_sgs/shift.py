@@ -17,7 +17,9 @@ ratio of the exact conditional to that Gaussian, and moves ``z`` with it. For la
 posterior is close to Gaussian, so with ``beta = 0`` (an independence proposal) nearly every
 move is accepted and theta decorrelates in one step, whatever rho is. The reference Gaussian is
 centred one Newton step from ``theta*`` towards the mode given the residuals
-(:meth:`ShiftMove.centre`, from quantities the kernel keeps), and where the proposal is accepted
+(:meth:`ShiftMove.centre`, from quantities the kernel keeps), moved on from that mode to the
+first-order mean (:func:`laplace_mean_offset`: a skewed posterior's mean is not its mode),
+and where the proposal is accepted
 at least 90% of the time one over-relaxed move (``beta < 0``) per sweep makes successive draws
 anti-correlated (:meth:`ShiftMove.tune`). The move leaves the
 split model ``Pi_rho`` invariant, so the sweeps, the importance weights and the bias
@@ -44,14 +46,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
+import scipy.sparse
 
 from .conditionals import triangular_solve
 from .fused import shifted_potential_change
-from .start import kernel_neg_log_posterior
+from .start import ROW_BLOCK, kernel_neg_log_posterior
 
 __all__ = [
     "ShiftMove", "validate_shift", "validate_shift_moves", "validate_shift_relaxation",
-    "moves_for_acceptance",
+    "moves_for_acceptance", "laplace_mean_offset",
 ]
 
 
@@ -101,6 +105,57 @@ def validate_shift_moves(shift_moves):
     return int(shift_moves)
 
 
+def laplace_mean_offset(kernel, mode, chol) -> np.ndarray:
+    """First-order distance from the posterior's mode to its mean, ``E[theta] - theta*``.
+
+    For a density ``exp(-Phi)`` with mode ``theta*``, Hessian ``H = L L^T`` and third
+    derivatives ``T`` there, the mean is ``theta* - H^-1 (T : H^-1) / 2`` up to terms a factor
+    ``1/n`` smaller (expand ``Phi`` to third order about the mode and take the mean under
+    ``N(theta*, H^-1)``; [4]_). For a GLM, ``Phi = V + sum_i U_i(a_i^T theta + o_i)`` with a
+    quadratic ``V``, ``T_klm = sum_i U_i^(3) a_ik a_il a_im``, so
+
+        E[theta] - theta*  ~  -H^-1 sum_i U_i^(3)(eta_i) a_i (a_i^T H^-1 a_i) / 2,
+
+    where ``a_i^T H^-1 a_i = |L^-1 a_i|^2``: one triangular solve per block of rows, the cost of
+    forming ``A^T W A`` once. Split terms whose family has no third derivative
+    (``taylor_derivatives`` is None) contribute nothing.
+
+    Parameters
+    ----------
+    kernel : SplitGibbsKernel
+    mode : ndarray (d,)
+    chol : ndarray (d, d)
+        Lower Cholesky factor of the Hessian at ``mode``.
+
+    Returns
+    -------
+    ndarray (d,)
+
+    References
+    ----------
+    .. [4] L. Tierney, R. E. Kass, J. B. Kadane (1989). Fully exponential Laplace
+       approximations to expectations and variances of nonpositive functions. JASA 84,
+       710-716.
+    """
+    d = mode.shape[0]
+    v = np.zeros(d)
+    for fam, term in zip(kernel.families, kernel.split_terms):
+        n = term.A.shape[0]
+        for start in range(0, n, ROW_BLOCK):
+            rows = slice(start, min(start + ROW_BLOCK, n))
+            a = term.A[rows]
+            a = np.asarray(a.toarray() if scipy.sparse.issparse(a) else a, dtype=float)
+            eta = a @ mode + term.offset[rows]
+            trials = None if term.trials is None else np.broadcast_to(term.trials, (n,))[rows]
+            derivs = fam.taylor_derivatives(eta, term.y[rows], trials)
+            if derivs is None:
+                break
+            u3 = np.broadcast_to(np.asarray(derivs[2], dtype=float), eta.shape)
+            w = scipy.linalg.solve_triangular(chol, a.T, lower=True, check_finite=False)
+            v += a.T @ (u3 * np.einsum("ji,ji->i", w, w))
+    return -0.5 * scipy.linalg.cho_solve((chol, True), v, check_finite=False)
+
+
 def moves_for_acceptance(accept: float) -> int:
     """Moves per sweep that leave every move rejected with probability <= ALL_REJECTED.
 
@@ -145,6 +200,12 @@ class ShiftMove:
         Centre each move's reference Gaussian at one Newton step from ``mean`` towards
         the mode of the conditional given the residuals (:meth:`centre`), instead of at
         ``mean``.
+    mean_correction : bool
+        Shift that centre from the mode to the first-order mean
+        (:func:`laplace_mean_offset`, computed once): the posterior of a GLM is skewed, and
+        in d dimensions the mode-to-mean distances add up (whitened, 1.2 for the
+        ill-conditioned logistic benchmark at d = 200, where this raises the acceptance
+        from 0.35 to 0.77).
     """
 
     kernel: object
@@ -154,6 +215,7 @@ class ShiftMove:
     moves: object = "auto"
     relaxation: float = 0.0
     recenter: bool = True
+    mean_correction: bool = True
     #: acceptance probabilities of the current tuning window
     _window: list = None
 
@@ -165,6 +227,7 @@ class ShiftMove:
         self.moves = 1 if self._adapt_moves else int(self.moves)
         self._chol_f = np.asfortranarray(self.chol, dtype=float)
         self._mean_curvature = None
+        self._mean_offset = None
 
     def mean_curvature(self) -> float:
         """Mean of ``U_i''`` over the split rows at the reference mean (computed once)."""
@@ -191,8 +254,20 @@ class ShiftMove:
         o) / rho^2`` and ``A^T A``), no pass over the data. The residuals are unchanged by
         the move (``z + A delta - A (theta + delta) = z - A theta``), so the centre is the
         same for the move and its reverse and the proposal stays reversible for this
-        Gaussian. Falls back to ``mean`` without a scalar rho or a kept ``A^T z``.
+        Gaussian. Falls back to ``mean`` without a scalar rho or a kept ``A^T z``. With
+        ``mean_correction`` the centre moves on from that mode to the first-order mean
+        (:func:`laplace_mean_offset`), the same for every state.
         """
+        if self._mean_offset is None:
+            # a fixed function of the data (computed once), so the proposal stays reversible
+            # for its Gaussian
+            self._mean_offset = (
+                laplace_mean_offset(self.kernel, np.asarray(self.mean, dtype=float), self.chol)
+                if self.mean_correction else np.zeros(np.shape(self.mean))
+            )
+        return self._residual_mode(state) + self._mean_offset
+
+    def _residual_mode(self, state) -> np.ndarray:
         tc = getattr(self.kernel, "theta_conditional", None)
         if not self.recenter or state.atz is None or not hasattr(tc, "residual_projection"):
             return self.mean
