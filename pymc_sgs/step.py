@@ -151,7 +151,8 @@ class SplitGibbs(BlockedStep):
     shift : bool
         Add, before every sweep, a Metropolis–Hastings move of ``(theta, z)``
         along ``(delta, A delta)``, which leaves the split model invariant and
-        proposes from the Laplace approximation of the posterior
+        proposes from the Laplace approximation of the posterior, centred at
+        its first-order mean rather than its mode
         (:mod:`pymc_sgs.shift`): theta then decorrelates in about one
         accepted move instead of the ``1 / (rho sqrt(U''))`` sweeps of plain
         SGS, without changing the target, the weights or the bias
