@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from engine_runs import assert_engines_agree, run_both_engines
+
 from pymc_sgs.families import FAMILIES
 from pymc_sgs.kernel import SplitGibbsKernel
 from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
@@ -54,26 +56,8 @@ def test_numba_path_reproduces_numpy_path(family, exact, block, monkeypatch):
 
         monkeypatch.setattr(kernel_module, "Z_BLOCK", block)
     prob = _problem(family)
-    runs = {}
-    for engine in ("numpy", "numba"):
-        k = SplitGibbsKernel(prob, rho=0.4, alpha=-0.95, log_weights=True, engine=engine)
-        assert k.engine == engine
-        rng = np.random.default_rng(7)
-        state = k.init(np.zeros(prob.d), rng)
-        out = []
-        for _ in range(30):
-            if exact:
-                state, info = k.exact_step(state, rng, n_sweeps=3)
-            else:
-                state, info = k.sweep(state, rng)
-            out.append((state.theta.copy(), state.z.copy(), info.log_weight, info.z_accept))
-        runs[engine] = out
-    for (t0, z0, w0, a0), (t1, z1, w1, a1) in zip(runs["numpy"], runs["numba"]):
-        # same random numbers in the same order: the chains agree up to rounding
-        np.testing.assert_allclose(t1, t0, rtol=1e-8, atol=1e-8)
-        np.testing.assert_allclose(z1, z0, rtol=1e-8, atol=1e-8)
-        np.testing.assert_allclose(w1, w0, rtol=1e-8, atol=1e-6)
-        np.testing.assert_allclose(a1, a0, rtol=1e-8, atol=1e-10)
+    runs = run_both_engines(prob, rho=0.4, alpha=-0.95, seed=7, n_steps=30, exact=exact)
+    assert_engines_agree(runs)
 
 
 def test_row_blocks_change_the_random_numbers_not_the_rows(monkeypatch):

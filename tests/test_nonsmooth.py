@@ -18,6 +18,8 @@ import pymc as pm
 import pytest
 from scipy import integrate, stats
 
+from engine_runs import assert_engines_agree, run_both_engines
+
 import pymc_sgs
 from pymc_sgs import UnsupportedModelError
 from pymc_sgs.detect import detect_split_problem
@@ -608,22 +610,8 @@ def test_numba_engine_with_laplace_prior_reproduces_numpy(exact):
         beta = pm.Laplace("beta", 0.0, 0.5, shape=4)
         pm.Bernoulli("yb", logit_p=a + X @ beta, observed=(y > 0).astype(float))
     prob = detect_split_problem(model).problem
-    runs = {}
-    for engine in ("numpy", "numba"):
-        k = SplitGibbsKernel(prob, rho=0.3, alpha=-0.9, log_weights=True, engine=engine)
-        assert k.engine == engine
-        rng = np.random.default_rng(3)
-        state = k.init(np.zeros(prob.d), rng)
-        out = []
-        for _ in range(20):
-            state, info = k.exact_step(state, rng, 3) if exact else k.sweep(state, rng)
-            out.append((state.theta.copy(), state.z.copy(), info.log_weight, info.z_accept))
-        runs[engine] = out
-    for (t0, z0, w0, a0), (t1, z1, w1, a1) in zip(runs["numpy"], runs["numba"]):
-        np.testing.assert_allclose(t1, t0, rtol=1e-8, atol=1e-8)
-        np.testing.assert_allclose(z1, z0, rtol=1e-8, atol=1e-8)
-        np.testing.assert_allclose(w1, w0, rtol=1e-8, atol=1e-6)
-        np.testing.assert_allclose(a1, a0, rtol=1e-8, atol=1e-10)
+    runs = run_both_engines(prob, rho=0.3, alpha=-0.9, seed=3, n_steps=20, exact=exact)
+    assert_engines_agree(runs)
     # negative control: a slightly different rho gives a different chain
     k = SplitGibbsKernel(prob, rho=0.31, alpha=-0.9, log_weights=True, engine="numba")
     rng = np.random.default_rng(3)
