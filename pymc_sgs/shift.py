@@ -386,7 +386,7 @@ class ShiftMove:
         Gaussian posterior successive draws are then anti-correlated, as in Adler's
         over-relaxation, so posterior means converge faster (bulk ESS per draw
         ``(1 - beta) / (1 + beta)`` times that of an independent draw for a Gaussian; the
-        tail ESS 0.96-1.07 times at ``relaxation=0.3``, ``benchmarks/shift_mixing.py``). Below
+        tail ESS 0.87-1.05 times at ``relaxation=0.3``, ``benchmarks/shift_mixing.py``). Below
         :data:`RELAX_LEAVE` the independent regime returns. Two over-relaxed moves per sweep
         would undo each other, so the regime makes exactly one.
         """

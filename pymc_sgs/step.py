@@ -175,8 +175,8 @@ class SplitGibbs(BlockedStep):
         Laplace approximation and accepted by Metropolis-Hastings, so the
         target is unchanged. Successive draws become anti-correlated, which
         helps posterior means more than quantiles: at the default 0.3,
-        logistic and Poisson regression with n=1e5, d=10 gave 1.5-1.7x the
-        bulk ESS per draw of independent proposals and 0.96-1.07x the tail
+        logistic and Poisson regression with n=1e5, d=10 gave 1.6-1.7x the
+        bulk ESS per draw of independent proposals and 0.87-1.05x the tail
         ESS, at the same cost (``benchmarks/shift_mixing.py``). Sampler stat
         ``shift_beta`` (``-shift_relaxation`` in that regime, otherwise 0
         or, for a poorly approximated posterior, a positive persistence).
