@@ -139,10 +139,12 @@ def laplace_mean_offset(kernel, mode, chol) -> np.ndarray:
     """
     d = mode.shape[0]
     v = np.zeros(d)
+    # rows per block: the solve's block x d temporaries stay below ~32 MB for any d
+    block = max(1, min(ROW_BLOCK, (1 << 22) // max(d, 1)))
     for fam, term in zip(kernel.families, kernel.split_terms):
         n = term.A.shape[0]
-        for start in range(0, n, ROW_BLOCK):
-            rows = slice(start, min(start + ROW_BLOCK, n))
+        for start in range(0, n, block):
+            rows = slice(start, min(start + block, n))
             a = term.A[rows]
             a = np.asarray(a.toarray() if scipy.sparse.issparse(a) else a, dtype=float)
             eta = a @ mode + term.offset[rows]
