@@ -43,6 +43,7 @@ References
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,6 +138,12 @@ def laplace_mean_offset(kernel, mode, chol) -> np.ndarray:
        approximations to expectations and variances of nonpositive functions. JASA 84,
        710-716.
     """
+    return mean_offset_from_rhs(mean_offset_rhs(kernel, mode, chol), chol)
+
+
+def mean_offset_rhs(kernel, mode, chol) -> np.ndarray:
+    """``sum_i U_i^(3)(eta_i) a_i |L^-1 a_i|^2`` over the kernel's split rows (additive over
+    row shards); :func:`mean_offset_from_rhs` turns the total into the offset."""
     d = mode.shape[0]
     v = np.zeros(d)
     # rows per block: the solve's block x d temporaries stay below ~32 MB for any d
@@ -152,10 +159,52 @@ def laplace_mean_offset(kernel, mode, chol) -> np.ndarray:
             u3 = _third_derivative(fam, eta, term.y[rows], trials)
             w = scipy.linalg.solve_triangular(chol, a.T, lower=True, check_finite=False)
             v += a.T @ (u3 * np.einsum("ji,ji->i", w, w))
+    return v
+
+
+def mean_offset_from_rhs(v, chol) -> np.ndarray:
+    """``-H^-1 v / 2``; zero when not finite."""
     offset = -0.5 * scipy.linalg.cho_solve((chol, True), v, check_finite=False)
     # a non-finite third derivative (overflow at an extreme linear predictor) must not reach
     # the proposal: the centre is then the mode, as without the correction
-    return offset if np.all(np.isfinite(offset)) else np.zeros(d)
+    return offset if np.all(np.isfinite(offset)) else np.zeros(np.shape(v))
+
+
+def curvature_sum(kernel, mean) -> tuple:
+    """``(sum_i U_i''(a_i^T mean + o_i), number of rows)`` over the kernel's split rows."""
+    total, count = 0.0, 0
+    for fam, term in zip(kernel.families, kernel.split_terms):
+        eta = term.A @ mean + term.offset
+        total += float(np.sum(fam.hess(eta, term.y, term.trials)))
+        count += eta.shape[0]
+    return total, count
+
+
+def split_potential_change(kernel, z, delta) -> tuple:
+    """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]``, ``z + A delta`` and ``A delta``.
+
+    One compiled pass per split term where the kernel has one; the numpy potentials
+    otherwise.
+    """
+    k = kernel
+    n = z.shape[0]
+    z_prop = np.empty(n)
+    a_delta = np.empty(n)
+    change = 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for index, (fam, term, sl) in enumerate(zip(k.families, k.split_terms, k._slices)):
+            code = k._codes[index] if k.engine == "numba" and not k._piecewise[index] else None
+            if code is not None:
+                A, _, y, t = k._term_data[index]
+                change += shifted_potential_change(
+                    code, A, delta, np.ascontiguousarray(z[sl]), y, t, z_prop[sl], a_delta[sl]
+                )
+            else:
+                a_delta[sl] = k.A[sl] @ delta
+                z_prop[sl] = z[sl] + a_delta[sl]
+                change += float(np.sum(fam.potential(z_prop[sl], term.y, term.trials))
+                                - np.sum(fam.potential(z[sl], term.y, term.trials)))
+    return change, z_prop, a_delta
 
 
 def _third_derivative(fam, eta, y, trials) -> np.ndarray:
@@ -247,17 +296,26 @@ class ShiftMove:
         self._mean_curvature = None
         self._mean_offset = None
 
+    def __deepcopy__(self, memo):
+        # PyMC deep-copies the step's per-chain state (sampling_state); the kernel and its
+        # data belong to the step, not to the chain, so the copy shares them (a copy would
+        # duplicate the design, and a Dask back end's handles cannot be copied at all)
+        new = copy.copy(self)
+        memo[id(self)] = new
+        for name, value in vars(self).items():
+            if name != "kernel":
+                setattr(new, name, copy.deepcopy(value, memo))
+        return new
+
     def mean_curvature(self) -> float:
         """Mean of ``U_i''`` over the split rows at the reference mean (computed once)."""
         if self._mean_curvature is None:
-            k = self.kernel
-            total, count = 0.0, 0
-            for fam, term in zip(k.families, k.split_terms):
-                eta = term.A @ self.mean + term.offset
-                total += float(np.sum(fam.hess(eta, term.y, term.trials)))
-                count += eta.shape[0]
+            total, count = curvature_sum(self.kernel, self.mean)
             self._mean_curvature = total / max(count, 1)
         return self._mean_curvature
+
+    def _compute_mean_offset(self) -> np.ndarray:
+        return laplace_mean_offset(self.kernel, np.asarray(self.mean, dtype=float), self.chol)
 
     def centre(self, state) -> np.ndarray:
         """Centre of the reference Gaussian for a move from ``state``.
@@ -280,8 +338,8 @@ class ShiftMove:
             # a fixed function of the data (computed once), so the proposal stays reversible
             # for its Gaussian
             self._mean_offset = (
-                laplace_mean_offset(self.kernel, np.asarray(self.mean, dtype=float), self.chol)
-                if self.mean_correction else np.zeros(np.shape(self.mean))
+                self._compute_mean_offset() if self.mean_correction
+                else np.zeros(np.shape(self.mean))
             )
         return self._residual_mode(state) + self._mean_offset
 
@@ -310,26 +368,18 @@ class ShiftMove:
 
     def _split_change(self, z, delta):
         """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]``, ``z + A delta`` and ``A delta``."""
-        k = self.kernel
-        n = z.shape[0]
-        z_prop = np.empty(n)
-        a_delta = np.empty(n)
-        change = 0.0
-        with np.errstate(over="ignore", invalid="ignore"):
-            for index, (fam, term, sl) in enumerate(zip(k.families, k.split_terms, k._slices)):
-                code = k._codes[index] if k.engine == "numba" and not k._piecewise[index] else None
-                if code is not None:
-                    # one compiled pass: A delta, the moved z and the change of the potentials
-                    A, _, y, t = k._term_data[index]
-                    change += shifted_potential_change(
-                        code, A, delta, np.ascontiguousarray(z[sl]), y, t, z_prop[sl], a_delta[sl]
-                    )
-                else:
-                    a_delta[sl] = k.A[sl] @ delta
-                    z_prop[sl] = z[sl] + a_delta[sl]
-                    change += float(np.sum(fam.potential(z_prop[sl], term.y, term.trials))
-                                    - np.sum(fam.potential(z[sl], term.y, term.trials)))
-        return change, z_prop, a_delta
+        return split_potential_change(self.kernel, z, delta)
+
+    def _accepted(self, state, prop, delta, z_prop, a_delta):
+        """The state after an accepted move."""
+        tc = self.kernel.theta_conditional
+        atz = None
+        if state.atz is not None and hasattr(tc, "split_rhs_change"):
+            atz = state.atz + tc.split_rhs_change(delta, a_delta)
+        # the shifted modes go into A delta's buffer: no further n-vector at the peak
+        z_mode = np.add(state.z_mode, a_delta, out=a_delta)
+        return state._replace(theta=prop, z=z_prop, z_mode=z_mode, log_weight=float("nan"),
+                              atz=atz)
 
     def step(self, state, rng: np.random.Generator):
         """One move from ``state`` (an :class:`~pymc_sgs.kernel.SGSState`).
@@ -351,14 +401,7 @@ class ShiftMove:
         )
         accept_prob = float(np.exp(min(0.0, log_ratio))) if not np.isnan(log_ratio) else 0.0
         if rng.random() < accept_prob:
-            tc = self.kernel.theta_conditional
-            atz = None
-            if state.atz is not None and hasattr(tc, "split_rhs_change"):
-                atz = state.atz + tc.split_rhs_change(delta, a_delta)
-            # the shifted modes go into A delta's buffer: no further n-vector at the peak
-            z_mode = np.add(state.z_mode, a_delta, out=a_delta)
-            state = state._replace(theta=prop, z=z_prop, z_mode=z_mode,
-                                   log_weight=float("nan"), atz=atz)
+            state = self._accepted(state, prop, delta, z_prop, a_delta)
         self._window.append(accept_prob)
         return state, accept_prob
 
