@@ -143,7 +143,9 @@ def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 5
     for fam in kernel.families:
         if isinstance(fam, PiecewiseLinearFamily) or not fam.log_concave:
             return LaplaceStart(None, None, 0, f"{fam!r} is kinked or not log-concave")
-    f = kernel_neg_log_posterior(kernel)
+    # a sharded kernel sums its shards' parts (ShardedKernel.neg_log_posterior)
+    f = kernel.neg_log_posterior() if hasattr(kernel, "neg_log_posterior") else \
+        kernel_neg_log_posterior(kernel)
     cond = kernel.theta_conditional
     theta = np.asarray(theta0, dtype=float).copy()
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -181,9 +183,12 @@ def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 5
         # a nearly flat direction (separable data under a flat prior: the "mode" is wherever
         # Newton stopped) gives no usable approximation
         scale = np.asarray(cond._prior_precision).diagonal().copy()
-        for term in kernel.split_terms:
-            # dense: theta_solver="cholesky" refuses sparse designs
-            scale += np.einsum("ij,ij->j", term.A, term.A)
+        if hasattr(kernel, "design_scale"):
+            scale += kernel.design_scale()
+        else:
+            for term in kernel.split_terms:
+                # dense: theta_solver="cholesky" refuses sparse designs
+                scale += np.einsum("ij,ij->j", term.A, term.A)
         if np.any(np.diag(L) ** 2 < 1e-6 * np.maximum(scale, 1e-300)):
             return LaplaceStart(None, None, it, "the posterior is nearly flat in some direction")
     draw = theta + scipy.linalg.solve_triangular(L, rng.standard_normal(theta.shape[0]),

@@ -14,6 +14,7 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator
 
 from .backends import Backend, LocalBackend
+from .backends.sharded import ShardedKernel, ShardedShiftMove
 from .centering import center_problem
 from .detect import detect_split_problem
 from .families import BernoulliLogit, BinomialLogit, NormalIdentity, PoissonLog
@@ -145,8 +146,9 @@ class SplitGibbs(BlockedStep):
         its current value; :mod:`pymc_sgs.start`), so burn-in and the tuning
         of rho start inside the posterior instead of drifting there at a
         small rho. Falls back to the initial point when it does not apply
-        (kinked or non-log-concave likelihoods, ``theta_solver="cg"``,
-        sharded back ends, no tuning) or the Newton search fails.
+        (kinked or non-log-concave likelihoods, ``theta_solver="cg"``, no
+        tuning) or the Newton search fails. With a sharded back end the
+        Newton passes run on the shards.
         ``"point"``: start at PyMC's initial point.
     shift : bool
         Add, before every sweep, a Metropolis–Hastings move of ``(theta, z)``
@@ -427,17 +429,23 @@ class SplitGibbs(BlockedStep):
         if self.z_mode is None:
             laplace = self.init == "laplace" and self.tune
             use_shift = self.shift and not self.exact
-            if (laplace or use_shift) and isinstance(self.kernel, SplitGibbsKernel):
+            sharded = isinstance(self.kernel, ShardedKernel)
+            if (laplace or use_shift) and (sharded or isinstance(self.kernel, SplitGibbsKernel)):
                 start = laplace_start(self.kernel, theta, self.rng)
                 if start.theta is not None and use_shift:
-                    self.shift_move = ShiftMove(self.kernel, start.mode, start.chol,
-                                                moves=self.shift_moves,
-                                                relaxation=self.shift_relaxation)
+                    # the same move; a sharded kernel's passes over the rows run on its shards
+                    move_class = ShardedShiftMove if sharded else ShiftMove
+                    self.shift_move = move_class(self.kernel, start.mode, start.chol,
+                                                 moves=self.shift_moves,
+                                                 relaxation=self.shift_relaxation)
                 if start.theta is not None and laplace:
                     # burn-in starts inside the posterior (pymc_sgs.start); tuning draws are
                     # discarded
                     theta = start.theta
-                    if self.rho_tuner is not None and self.rho_tuner.n_windows == 0:
+                    # the pilot rho reads every row: not for a sharded kernel, whose tuner
+                    # starts at AUTO_RHO_START
+                    if self.rho_tuner is not None and self.rho_tuner.n_windows == 0 \
+                            and not sharded:
                         # the tuner starts near its target instead of at AUTO_RHO_START
                         rho0 = pilot_rho(self.kernel, start.mode, start.chol, self.bias_tol)
                         self.rho_tuner.rho = rho0

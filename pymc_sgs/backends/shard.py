@@ -16,6 +16,8 @@ import numpy as np
 
 from ..kernel import SplitGibbsKernel
 from ..problem import ParamSlice, SplitProblem, SplitTerm
+from ..shift import curvature_sum, mean_offset_rhs, split_potential_change
+from ..start import neg_log_posterior
 from ..weights import N_NODES
 
 __all__ = ["ShardWorker", "split_rows", "shard_problem_from_arrays"]
@@ -136,6 +138,7 @@ class ShardWorker:
         self.rng = None
         self.z = self.z_mode = None
         self._saved = None
+        self._shift_pending = None
 
     def summary(self):
         """``(n_rows, A^T A)``: the shard's share of the theta-step precision."""
@@ -196,6 +199,35 @@ class ShardWorker:
         if keep_modes:
             self.z_mode = mode
         return log_w
+
+    # ------------------------------------------------ Laplace start and shift move
+    def laplace_terms(self, theta, need_derivatives=True):
+        """``(value, gradient, Hessian)`` of the shard's ``sum_i U_i(a_i^T theta + o_i)``."""
+        d = self.kernel.A.shape[1]
+        split = [(fam, t.A, t.offset, t.y, t.trials)
+                 for fam, t in zip(self.kernel.families, self.kernel.split_terms)]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return neg_log_posterior(np.zeros((d, d)), np.zeros(d), split)(theta, need_derivatives)
+
+    def shift_setup(self, mean, chol):
+        """The shard's shares of the shift move's constants at the Laplace mode ``mean``:
+        ``(sum_i U_i'', row count, sum_i U_i^(3) a_i |L^-1 a_i|^2)``."""
+        total, count = curvature_sum(self.kernel, mean)
+        return total, count, mean_offset_rhs(self.kernel, mean, chol)
+
+    def shift_propose(self, delta):
+        """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]`` over the shard; the moved z is kept
+        until :meth:`shift_commit` (or replaced by the next proposal)."""
+        change, z_prop, a_delta = split_potential_change(self.kernel, self.z, delta)
+        self._shift_pending = (z_prop, a_delta)
+        return change
+
+    def shift_commit(self):
+        """Accept the pending shift: ``z + A delta``, and the modes shifted with it."""
+        z_prop, a_delta = self._shift_pending
+        self.z, self.z_mode = z_prop, np.add(self.z_mode, a_delta, out=a_delta)
+        self._shift_pending = None
+        return True
 
     def _checkpoint(self, checkpoint):
         if checkpoint:

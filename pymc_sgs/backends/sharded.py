@@ -25,9 +25,12 @@ import numpy as np
 
 from ..conditionals import GaussianThetaConditional
 from ..kernel import SGSInfo, SGSState, exact_proposal, mh_accept, validate_alpha
+from ..shift import ShiftMove, mean_offset_from_rhs
+from ..start import kernel_neg_log_posterior
 from ..weights import N_NODES
 
-__all__ = ["ShardedKernel", "ShardedZ", "ShardLostError", "ReducedThetaConditional"]
+__all__ = ["ShardedKernel", "ShardedZ", "ShardLostError", "ReducedThetaConditional",
+           "ShardedShiftMove"]
 
 
 class ShardLostError(RuntimeError):
@@ -63,6 +66,10 @@ class ReducedThetaConditional(GaussianThetaConditional):
                 f"{rho.shape}."
             )
         self.rho = rho
+        # kept as for a scalar rho in one process: the shift move's centre and its update of
+        # A^T z read A^T A (residual_projection, split_rhs_change)
+        self._scalar_rho = float(rho)
+        self._split_gram = self._reduced_gram
         self._split_precision = self._reduced_gram / float(rho) ** 2
 
     def split_rhs(self, z):  # noqa: D102 - the rows are on the shards
@@ -88,6 +95,8 @@ class ShardedKernel:
     """
 
     _ids = itertools.count()
+    #: the theta-step factorises a d x d precision (what the Laplace start needs)
+    theta_solver = "cholesky"
 
     def __init__(self, problem, transport, rho, alpha: float = 0.0, log_weights: bool = False,
                  n_nodes: int = N_NODES):
@@ -112,6 +121,33 @@ class ShardedKernel:
         self._id = next(self._ids)
         self._generation = 0
         self._handle = None
+
+    @property
+    def families(self):
+        """The split terms' families (fixed: a sharded kernel has no nuisance families)."""
+        return [t.family for t in self.problem.split_terms]
+
+    def neg_log_posterior(self):
+        """``f(theta) -> (value, gradient, Hessian)`` of the negative log posterior.
+
+        The prior and the Gaussian terms here; each shard adds its split rows
+        (:meth:`ShardWorker.laplace_terms`), summed in shard order.
+        """
+        local = kernel_neg_log_posterior(self, include_split=False)
+
+        def f(theta, need_derivatives=True):
+            val, grad, hess = local(theta, need_derivatives)
+            for v, g, h in self._broadcast("laplace_terms", theta, need_derivatives):
+                val += v
+                if need_derivatives:
+                    grad, hess = grad + g, hess + h
+            return float(val), grad, hess
+
+        return f
+
+    def design_scale(self) -> np.ndarray:
+        """``sum_i a_ij^2`` per coefficient (the diagonal of the reduced ``A^T A``)."""
+        return np.diagonal(self.theta_conditional._reduced_gram).copy()
 
     # ------------------------------------------------------------ parameters
     def set_rho(self, rho) -> None:
@@ -238,3 +274,41 @@ def _scalar_rho(rho) -> np.ndarray:
     if not np.isfinite(arr) or arr <= 0:
         raise ValueError(f"rho must be positive and finite; received {float(arr)!r}.")
     return arr
+
+
+class ShardedShiftMove(ShiftMove):
+    """:class:`~pymc_sgs.shift.ShiftMove` whose passes over the rows run on the shards.
+
+    The proposal, its reference Gaussian and the MH test run here with the step's
+    Generator, exactly as in one process; a proposed ``delta`` is broadcast, every shard
+    returns its part of ``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]`` and keeps the moved
+    z until the decision, and an accepted move is committed on every shard. The constants
+    (mean curvature, first-order mean) are sums over the shards, computed once.
+    """
+
+    def _setup(self):
+        if self._mean_curvature is None:
+            parts = self.kernel._broadcast("shift_setup", np.asarray(self.mean, dtype=float),
+                                           self.chol)
+            self._mean_curvature = sum(p[0] for p in parts) / max(sum(p[1] for p in parts), 1)
+            self._offset_rhs = np.sum([p[2] for p in parts], axis=0)
+
+    def mean_curvature(self) -> float:
+        self._setup()
+        return self._mean_curvature
+
+    def _compute_mean_offset(self) -> np.ndarray:
+        self._setup()
+        return mean_offset_from_rhs(self._offset_rhs, self.chol)
+
+    def _split_change(self, z, delta):
+        return float(np.sum(self.kernel._broadcast("shift_propose", delta))), None, None
+
+    def _accepted(self, state, prop, delta, z_prop, a_delta):
+        self.kernel._broadcast("shift_commit")
+        atz = None  # unknown (rho changed): the next sweep asks the shards again
+        if state.atz is not None:
+            atz = state.atz + self.kernel.theta_conditional.split_rhs_change(delta, None)
+        handle = self.kernel._new_handle()
+        return state._replace(theta=prop, z=handle, z_mode=handle, log_weight=float("nan"),
+                              atz=atz)
