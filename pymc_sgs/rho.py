@@ -131,8 +131,22 @@ def laplace_log_weight_var(kernel, mode, chol, rho) -> float:
     The derivatives are central differences over one posterior sd of ``eta_i``
     (``s_i = |L^-1 a_i|``), i.e. over the range the posterior explores, so the expansion
     is exact for quadratic ``psi_i`` and deterministic (no Monte Carlo error). Costs three
-    quadrature passes over the rows and one ``n d^2`` product.
+    quadrature passes over the rows and one ``n d^2`` product. ``g`` and ``W`` are sums over
+    rows: a sharded kernel (``kernel.log_weight_var_parts``) adds up its shards' parts.
     """
+    if hasattr(kernel, "log_weight_var_parts"):
+        g, W = kernel.log_weight_var_parts(mode, chol, rho)
+    else:
+        g, W = log_weight_var_parts(kernel, mode, chol, rho)
+    # whiten by L: H^-1 = L^-T L^-1
+    gw = scipy.linalg.solve_triangular(chol, g, lower=True)
+    Ww = scipy.linalg.solve_triangular(chol, W, lower=True)
+    Ww = scipy.linalg.solve_triangular(chol, Ww.T, lower=True)
+    return float(gw @ gw + 0.5 * np.sum(Ww * Ww))
+
+
+def log_weight_var_parts(kernel, mode, chol, rho) -> tuple:
+    """``(g, W)`` of :func:`laplace_log_weight_var` over the kernel's split rows."""
     rho_rows = np.broadcast_to(np.asarray(rho, dtype=float), (kernel.A.shape[0],))
     d = mode.shape[0]
     g = np.zeros(d)
@@ -157,11 +171,7 @@ def laplace_log_weight_var(kernel, mode, chol, rho) -> float:
             d2 = (psi[2] - 2.0 * psi[1] + psi[0]) / s**2
             g += A.T @ d1
             W += weighted_gram(A, d2)
-    # whiten by L: H^-1 = L^-T L^-1
-    gw = scipy.linalg.solve_triangular(chol, g, lower=True)
-    Ww = scipy.linalg.solve_triangular(chol, W, lower=True)
-    Ww = scipy.linalg.solve_triangular(chol, Ww.T, lower=True)
-    return float(gw @ gw + 0.5 * np.sum(Ww * Ww))
+    return g, W
 
 
 def pilot_rho(kernel, mode, chol, bias_tol: float, *, rho0: float = 0.5,

@@ -442,10 +442,7 @@ class SplitGibbs(BlockedStep):
                     # burn-in starts inside the posterior (pymc_sgs.start); tuning draws are
                     # discarded
                     theta = start.theta
-                    # the pilot rho reads every row: not for a sharded kernel, whose tuner
-                    # starts at AUTO_RHO_START
-                    if self.rho_tuner is not None and self.rho_tuner.n_windows == 0 \
-                            and not sharded:
+                    if self.rho_tuner is not None and self.rho_tuner.n_windows == 0:
                         # the tuner starts near its target instead of at AUTO_RHO_START
                         rho0 = pilot_rho(self.kernel, start.mode, start.chol, self.bias_tol)
                         self.rho_tuner.rho = rho0

@@ -299,9 +299,11 @@ def test_killed_worker_raises_a_clear_error(client):
 
 # ----------------------------------------------------- Laplace start and shift move on shards
 def test_sharded_laplace_start_and_shift_move_match_one_process():
-    """The Newton passes, the shift move's constants and its potential change, summed over the
-    shards, equal the single-machine kernel's; a committed move shifts every shard's z."""
+    """The Newton passes, the pilot rho, the shift move's constants and its potential change,
+    summed over the shards, equal the single-machine kernel's; a committed move shifts every
+    shard's z."""
     from pymc_sgs.backends.sharded import ShardedShiftMove
+    from pymc_sgs.rho import pilot_rho
     from pymc_sgs.shift import ShiftMove, split_potential_change
     from pymc_sgs.start import laplace_start
 
@@ -313,6 +315,10 @@ def test_sharded_laplace_start_and_shift_move_match_one_process():
     s2 = laplace_start(sharded, np.zeros(d), np.random.default_rng(0))
     for a, b in ((s1.mode, s2.mode), (s1.chol, s2.chol), (s1.theta, s2.theta)):
         np.testing.assert_allclose(b, a, rtol=1e-8, atol=1e-10)
+    # the pilot rho of rho="auto" (secant steps on a variance summed over the rows)
+    pilot = pilot_rho(one, s1.mode, s1.chol, 0.1)
+    np.testing.assert_allclose(pilot_rho(sharded, s1.mode, s1.chol, 0.1), pilot, rtol=1e-8)
+    assert pilot != 0.5  # it moved from its starting value
     m1 = ShiftMove(one, s1.mode, s1.chol)
     m2 = ShardedShiftMove(sharded, s1.mode, s1.chol)
     np.testing.assert_allclose(m2.mean_curvature(), m1.mean_curvature(), rtol=1e-10)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..kernel import SplitGibbsKernel
 from ..problem import ParamSlice, SplitProblem, SplitTerm
+from ..rho import log_weight_var_parts
 from ..shift import curvature_sum, mean_offset_rhs, split_potential_change
 from ..start import neg_log_posterior
 from ..weights import N_NODES
@@ -214,6 +215,10 @@ class ShardWorker:
         ``(sum_i U_i'', row count, sum_i U_i^(3) a_i |L^-1 a_i|^2)``."""
         total, count = curvature_sum(self.kernel, mean)
         return total, count, mean_offset_rhs(self.kernel, mean, chol)
+
+    def log_weight_var_parts(self, mode, chol, rho):
+        """The shard's ``(g, W)`` of :func:`pymc_sgs.rho.laplace_log_weight_var` (pilot rho)."""
+        return log_weight_var_parts(self.kernel, mode, chol, rho)
 
     def shift_propose(self, delta):
         """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]`` over the shard; the moved z is kept

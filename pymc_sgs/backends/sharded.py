@@ -145,6 +145,11 @@ class ShardedKernel:
 
         return f
 
+    def log_weight_var_parts(self, mode, chol, rho):
+        """``(g, W)`` of :func:`pymc_sgs.rho.laplace_log_weight_var`, summed over the shards."""
+        parts = self._broadcast("log_weight_var_parts", mode, chol, float(rho))
+        return np.sum([p[0] for p in parts], axis=0), np.sum([p[1] for p in parts], axis=0)
+
     def design_scale(self) -> np.ndarray:
         """``sum_i a_ij^2`` per coefficient (the diagonal of the reduced ``A^T A``)."""
         return np.diagonal(self.theta_conditional._reduced_gram).copy()
