@@ -48,7 +48,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
-import scipy.sparse
 
 from .conditionals import triangular_solve
 from .fused import shifted_potential_change
@@ -152,8 +151,8 @@ def mean_offset_rhs(kernel, mode, chol) -> np.ndarray:
         n = term.A.shape[0]
         for start in range(0, n, block):
             rows = slice(start, min(start + block, n))
-            a = term.A[rows]
-            a = np.asarray(a.toarray() if scipy.sparse.issparse(a) else a, dtype=float)
+            # dense: the shift move needs the Cholesky theta-step, which refuses sparse designs
+            a = np.asarray(term.A[rows], dtype=float)
             eta = a @ mode + term.offset[rows]
             trials = None if term.trials is None else np.broadcast_to(term.trials, (n,))[rows]
             u3 = _third_derivative(fam, eta, term.y[rows], trials)
@@ -211,9 +210,8 @@ def _third_derivative(fam, eta, y, trials) -> np.ndarray:
     """``U^(3)`` at ``eta``: the family's own, else a central difference of its exact ``U''``.
 
     The difference (step ``h = 1e-4 (1 + |eta|)``, truncation error of order ``h^2``) serves
-    families without
-    closed-form higher derivatives (probit, Gamma, exponential); the value only places the
-    proposal's centre, and any fixed centre keeps the move exact.
+    families without closed-form higher derivatives (probit, Gamma, exponential); the value
+    only places the proposal's centre, and any fixed centre keeps the move exact.
     """
     derivs = fam.taylor_derivatives(eta, y, trials)
     if derivs is not None:

@@ -109,17 +109,21 @@ def neg_log_posterior(prior_precision, prior_mean, split=(), gaussian=()):
     return f
 
 
-def kernel_neg_log_posterior(kernel, include_split: bool = True):
+def kernel_neg_log_posterior(kernel, include_split: bool = True, include_prior: bool = True):
     """:func:`neg_log_posterior` at the kernel's current families, prior and Normal scales.
 
     ``include_split=False`` leaves out the split likelihood terms (the shift move evaluates
-    them at z, not at ``A theta + o``).
+    them at z, not at ``A theta + o``); ``include_prior=False`` leaves out the prior (a row
+    shard's kernel, whose prior is a placeholder, contributes its rows only).
     """
     cond = kernel.theta_conditional
     split = [(fam, t.A, t.offset, t.y, t.trials)
              for fam, t in zip(kernel.families, kernel.split_terms)] if include_split else ()
     gaussian = [(A, resid, s) for (A, resid, _, _), s in zip(cond._gaussian, cond._sigmas or ())]
-    return neg_log_posterior(cond._prior_precision, cond._prior_mean, split, gaussian)
+    precision = np.asarray(cond._prior_precision, dtype=float)
+    if not include_prior:
+        precision = np.zeros_like(precision)
+    return neg_log_posterior(precision, cond._prior_mean, split, gaussian)
 
 
 def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 50,

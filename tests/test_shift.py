@@ -67,7 +67,12 @@ def _chain(move_class, n_iter=12000, seed=1, beta=0.3, offset=None):
     move = move_class(kernel, start.mode, start.chol, beta=beta)
     if offset is not None:
         move._mean_offset = offset
-    state = kernel.init(start.theta, rng)
+    thetas, accs = _alternate(kernel, move, kernel.init(start.theta, rng), rng, n_iter)
+    return thetas[500:], np.mean(accs), X, y
+
+
+def _alternate(kernel, move, state, rng, n_iter):
+    """``n_iter`` rounds of the exact z | theta draw then one shift move: (thetas, accepts)."""
     thetas, accs = [], []
     for _ in range(n_iter):
         z, mode, _, _ = kernel.sample_z(state.theta, state.z_mode, rng, state.z)
@@ -76,7 +81,7 @@ def _chain(move_class, n_iter=12000, seed=1, beta=0.3, offset=None):
         state, acc = move.step(state, rng)
         thetas.append(state.theta)
         accs.append(acc)
-    return np.array(thetas[500:]), np.mean(accs), X, y
+    return np.array(thetas), np.array(accs)
 
 
 def _z_scores(draws, mean, cov):
@@ -436,13 +441,7 @@ def test_mean_correction_raises_the_acceptance():
         rng = np.random.default_rng(1)
         start = laplace_start(kernel, np.zeros(20), rng)
         move = ShiftMove(kernel, start.mode, start.chol, mean_correction=corrected)
-        state = kernel.init(start.theta, rng)
-        accs = []
-        for _ in range(400):
-            z, mode, _, _ = kernel.sample_z(state.theta, state.z_mode, rng, state.z)
-            state = state._replace(z=z, z_mode=mode, atz=kernel.theta_conditional.split_rhs(z))
-            state, a = move.step(state, rng)
-            accs.append(a)
+        _, accs = _alternate(kernel, move, kernel.init(start.theta, rng), rng, 400)
         acc[corrected] = float(np.mean(accs[50:]))
     assert acc[True] > acc[False] + 0.06, acc
 

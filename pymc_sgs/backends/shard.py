@@ -18,7 +18,7 @@ from ..kernel import SplitGibbsKernel
 from ..problem import ParamSlice, SplitProblem, SplitTerm
 from ..rho import log_weight_var_parts
 from ..shift import curvature_sum, mean_offset_rhs, split_potential_change
-from ..start import neg_log_posterior
+from ..start import kernel_neg_log_posterior
 from ..weights import N_NODES
 
 __all__ = ["ShardWorker", "split_rows", "shard_problem_from_arrays"]
@@ -204,11 +204,9 @@ class ShardWorker:
     # ------------------------------------------------ Laplace start and shift move
     def laplace_terms(self, theta, need_derivatives=True):
         """``(value, gradient, Hessian)`` of the shard's ``sum_i U_i(a_i^T theta + o_i)``."""
-        d = self.kernel.A.shape[1]
-        split = [(fam, t.A, t.offset, t.y, t.trials)
-                 for fam, t in zip(self.kernel.families, self.kernel.split_terms)]
+        f = kernel_neg_log_posterior(self.kernel, include_prior=False)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return neg_log_posterior(np.zeros((d, d)), np.zeros(d), split)(theta, need_derivatives)
+            return f(theta, need_derivatives)
 
     def shift_setup(self, mean, chol):
         """The shard's shares of the shift move's constants at the Laplace mode ``mean``:
