@@ -141,6 +141,13 @@ class ShardWorker:
         self._saved = None
         self._shift_pending = None
 
+    def batch(self, calls):
+        """Run ``[(method name, args), ...]`` in order (one round trip); the last result."""
+        out = None
+        for name, args in calls:
+            out = getattr(self, name)(*args)
+        return out
+
     def summary(self):
         """``(n_rows, A^T A)``: the shard's share of the theta-step precision."""
         A = self.kernel.A

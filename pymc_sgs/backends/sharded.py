@@ -121,6 +121,8 @@ class ShardedKernel:
         self._id = next(self._ids)
         self._generation = 0
         self._handle = None
+        # calls whose results are not needed, sent with the next call (one round trip)
+        self._deferred = []
 
     @property
     def families(self):
@@ -191,12 +193,29 @@ class ShardedKernel:
         theta = np.asarray(theta, dtype=float).copy()
         entropy = rng.integers(0, 2**63, size=4)
         seeds = np.random.SeedSequence(entropy).spawn(self.n_shards)
-        parts = self.transport.call("start", [(s, theta, self._rho()) for s in seeds])
+        parts = self._call("start", [(s, theta, self._rho()) for s in seeds])
         handle = self._new_handle()
         return SGSState(theta=theta, z=handle, z_mode=handle, atz=np.sum(parts, axis=0))
 
+    def _call(self, name, args_per_shard):
+        if not self._deferred:
+            return self.transport.call(name, args_per_shard)
+        # the deferred calls ride along: every shard runs them, then this one
+        deferred, self._deferred = self._deferred, []
+        return self.transport.call(
+            "batch", [(deferred + [(name, args)],) for args in args_per_shard]
+        )
+
     def _broadcast(self, name, *args):
-        return self.transport.call(name, [args] * self.n_shards)
+        return self._call(name, [args] * self.n_shards)
+
+    def _defer(self, name, *args):
+        """Queue ``name(*args)`` on every shard, to run before the next call's method.
+
+        For calls whose results the client does not need (committing an accepted shift
+        move): they cost no round trip of their own.
+        """
+        self._deferred.append((name, args))
 
     def _atz(self, state):
         if state.atz is not None:
@@ -310,7 +329,8 @@ class ShardedShiftMove(ShiftMove):
         return float(np.sum(self.kernel._broadcast("shift_propose", delta))), None, None
 
     def _accepted(self, state, prop, delta, z_prop, a_delta):
-        self.kernel._broadcast("shift_commit")
+        # z stays consistent for whatever the shards do next: the commit runs first
+        self.kernel._defer("shift_commit")
         atz = None  # unknown (rho changed): the next sweep asks the shards again
         if state.atz is not None:
             atz = state.atz + self.kernel.theta_conditional.split_rhs_change(delta, None)
