@@ -72,28 +72,36 @@ def psis_weights(idata):
 def _psis(idata):
     """:func:`psis_weights` and the number of weighted draws."""
     lw_all = _log_weights(idata)
-    # SplitGibbs(log_weights=k) records weights on every k-th draw only: use those draws
-    # (draws without a weight get weight 0)
+    # SplitGibbs(log_weights=k) and SplitGibbs(sweep_every=k) record weights on a fixed
+    # schedule of draws: use those draws (draws without a weight get weight 0)
     have = np.isfinite(lw_all)
-    keep = np.all(have, axis=0)
-    if not np.array_equal(have, np.broadcast_to(keep, have.shape)):
+    if not np.all(have.any(axis=-1)):
         raise ValueError(
-            "the chains have importance weights at different draws; psis_weights needs the "
-            "same draws weighted in every chain (sample all chains with the same log_weights)."
+            "a chain has no importance weight at any draw; psis_weights needs weights in "
+            "every chain (sample all chains with the same log_weights)."
         )
-    lw = lw_all[:, keep]
+    n_chains, n_total = lw_all.shape[0], int(have.sum())
     # each chain may have its own rho (rho="auto" tunes per chain), hence its own
-    # normalising constant: normalise per chain, so that every chain counts by its draws
-    lw = lw - (logsumexp(lw, axis=-1, keepdims=True) - np.log(lw.shape[-1]))
-    flat = lw.reshape(-1)
+    # normalising constant: normalise per chain, so that every chain counts equally (all
+    # chains have the same number of draws)
+    chains = [lw_all[c, have[c]] for c in range(n_chains)]
+    chains = [x - (logsumexp(x) - np.log(n_total / n_chains)) for x in chains]
+    flat = np.concatenate(chains)
     # relative efficiency of the weight draws (MCMC draws are autocorrelated)
-    w_raw = np.exp(lw - np.max(lw))
-    reff = float(np.clip(az.ess(w_raw) / w_raw.size, 0.05, 1.0)) if w_raw.shape[-1] > 3 else 1.0
+    if np.array_equal(have, np.broadcast_to(have[0], have.shape)):
+        w_raw = np.exp(np.stack(chains) - np.max(flat))
+        ess = float(az.ess(w_raw)) if w_raw.shape[-1] > 3 else float(w_raw.size)
+    else:
+        # different schedules in different chains (sweep_every="auto" settled on different
+        # strides): each chain's weighted draws stand for its own draws
+        ess = sum(float(az.ess(np.exp(x - np.max(flat))[None])) if x.size > 3 else x.size
+                  for x in chains)
+    reff = float(np.clip(ess / n_total, 0.05, 1.0))
     with np.errstate(over="ignore"):  # ArviZ's tail fit overflows harmlessly on flat weights
         smoothed, khat = az.psislw(flat, reff=reff)
     w = np.exp(smoothed - np.max(smoothed))
     out = np.zeros(lw_all.shape)
-    out[:, keep] = (w / w.sum()).reshape(lw.shape)
+    out[have] = w / w.sum()  # C order: chain by chain, as flat
     return out.reshape(-1), float(khat), flat.size
 
 

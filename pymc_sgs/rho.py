@@ -81,6 +81,7 @@ class RhoTuner:
     damp_after: int = 4
     n_windows: int = 0
     _buffer: list = field(default_factory=list)
+    _unweighted: int = 0
 
     @property
     def current_window(self) -> int:
@@ -92,16 +93,28 @@ class RhoTuner:
         """``Var(log w)`` at which ``sd(w~) = bias_tol`` under the log-normal model."""
         return float(np.log1p(self.bias_tol**2))
 
-    def update(self, log_weight: float) -> float | None:
-        """Record one tuning draw's log weight; return a new rho at the end of a window."""
-        if not np.isfinite(log_weight):
+    def update(self, log_weight: float, swept: bool = True) -> float | None:
+        """Record one tuning draw's log weight; return a new rho at the end of a window.
+
+        A draw made without a sweep (``swept=False``, ``SplitGibbs(sweep_every=k)``) has no
+        weight but counts towards the window's length, so windows span the same number of
+        draws whatever ``k`` is (a draw whose sweep gave no weight, e.g. just after rho
+        changed, does not count).
+        """
+        if not swept:
+            self._unweighted += 1
+        elif not np.isfinite(log_weight):
             return None
-        self._buffer.append(float(log_weight))
+        else:
+            self._buffer.append(float(log_weight))
         size = self.current_window
-        if len(self._buffer) < size:
+        if len(self._buffer) + self._unweighted < size:
             return None
-        lw = np.asarray(self._buffer[int(self.burn * size) :])
+        lw = np.asarray(self._buffer[int(self.burn * len(self._buffer)) :])
         self._buffer.clear()
+        self._unweighted = 0
+        if lw.size < 2:
+            return None
         var = max(float(np.var(lw, ddof=1)), 1e-12)
         factor = (self.target_log_var / var) ** 0.25
         if self.n_windows >= self.damp_after:
@@ -114,6 +127,7 @@ class RhoTuner:
     def finish(self) -> float:
         """Final rho when tuning stops."""
         self._buffer.clear()
+        self._unweighted = 0
         self.rho *= self.safety
         return self.rho
 

@@ -286,6 +286,8 @@ class ShiftMove:
 
     def __post_init__(self):
         self._window = []
+        #: mean acceptance of the last completed tuning window (None before the first)
+        self.window_accept = None
         # acceptance since the last change between the independent and over-relaxed regimes
         self._regime_accept = []
         self._adapt_moves = self.moves == "auto"
@@ -436,6 +438,7 @@ class ShiftMove:
         if len(self._window) < self.WINDOW:
             return
         acc = float(np.mean(self._window))
+        self.window_accept = acc
         self._regime_accept.extend(self._window)
         self._window = []
         regime_acc = float(np.mean(self._regime_accept))

@@ -24,7 +24,9 @@ from .multinomial import CategoricalSplitKernel, max_weight_classes
 from .rho import RhoTuner, validate_bias_tol
 from .shift import validate_shift, validate_shift_moves, validate_shift_relaxation
 from .start import validate_init
-from .step import AUTO_RHO_START, SplitGibbs, _data_fingerprints, _validate_weight_options
+from .step import (
+    AUTO_RHO_START, SplitGibbs, _data_fingerprints, _validate_sweep_every, _validate_weight_options,
+)
 
 __all__ = ["CategoricalSplitGibbs"]
 
@@ -97,6 +99,7 @@ class CategoricalSplitGibbs(SplitGibbs):
         shift: bool = True,
         shift_moves="auto",
         shift_relaxation: float = 0.3,
+        sweep_every="auto",
     ):
         where = "for a pm.Categorical (multinomial logit) likelihood"
         self.auto_rho = isinstance(rho, str) and rho == "auto"
@@ -118,6 +121,12 @@ class CategoricalSplitGibbs(SplitGibbs):
         validate_shift(shift)
         validate_shift_moves(shift_moves)
         validate_shift_relaxation(shift_relaxation)
+        # without the shift move every draw is a sweep
+        if _validate_sweep_every(sweep_every, True, False) not in ("auto", 1):
+            raise ValueError(
+                f"sweep_every={sweep_every} needs the shift move, which is not available "
+                f"{where}; use sweep_every=1 (or 'auto')."
+            )
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
@@ -234,6 +243,7 @@ class CategoricalSplitGibbs(SplitGibbs):
             "shift_accept": float("nan"),
             "shift_moves": float("nan"),
             "shift_beta": float("nan"),
+            "swept": 1.0,
         }
         if self.tune and self.rho_tuner is not None:
             new_rho = self.rho_tuner.update(info.log_weight)
@@ -247,7 +257,7 @@ class CategoricalSplitGibbs(SplitGibbs):
     def _reset_chain_state(self):
         self.z = None
         self.log_weight = float("nan")
-        self.feedback = {"draws": 0, "z_accept": 0.0, "exact_accept": 0.0, "warned": False}
+        self.feedback = self._fresh_feedback()
         if self.rho_tuner is not None:
             self.rho_tuner = RhoTuner(AUTO_RHO_START, self.bias_tol)
             self.kernel.set_rho(AUTO_RHO_START)

@@ -172,7 +172,9 @@ def test_thinned_weights_same_draws_and_same_correction():
         with pm.Model():
             b = pm.Normal("b", 0.0, 2.0, shape=2)
             pm.Bernoulli("y", logit_p=X @ b, observed=y)
-            runs[lw] = pm.sample(step=pymc_sgs.SplitGibbs(log_weights=lw), draws=300, tune=300,
+            # every draw swept, so that the thinning is log_weights' alone
+            runs[lw] = pm.sample(step=pymc_sgs.SplitGibbs(log_weights=lw, sweep_every=1),
+                                 draws=300, tune=300,
                                  chains=2, cores=1, random_seed=5, progressbar=False,
                                  compute_convergence_checks=False)
     full, thin = runs[True], runs[3]

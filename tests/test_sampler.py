@@ -86,7 +86,9 @@ def test_split_gaussian_matches_closed_form_pi_rho(alpha):
     assert np.all(np.abs(z_mean) < Z_MAX), z_mean
     assert np.all(np.abs(z_sd) < Z_MAX), z_sd
     # Gaussian potentials: the over-relaxed z-move is exact, never rejected
-    np.testing.assert_allclose(idata.sample_stats["z_accept"].values, 1.0)
+    # (on the draws that made a sweep: sweep_every="auto" leaves the others to the shift move)
+    swept = idata.sample_stats["swept"].values == 1
+    np.testing.assert_allclose(idata.sample_stats["z_accept"].values[swept], 1.0)
 
     # negative control: the same draws are not the unsplit posterior (rho = 0)
     mean0, sd0 = _gaussian_posterior(X, y, sigma**2, prior_sd)
