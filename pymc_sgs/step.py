@@ -18,7 +18,9 @@ from .backends.sharded import ShardedKernel, ShardedShiftMove
 from .centering import center_problem
 from .detect import detect_split_problem
 from .families import BernoulliLogit, BinomialLogit, NormalIdentity, PoissonLog
-from .kernel import SGSInfo, SGSState, SplitGibbsKernel, validate_alpha, validate_rho, validate_theta_solver
+from .kernel import (
+    SGSInfo, SGSState, SplitGibbsKernel, validate_alpha, validate_rho, validate_theta_solver,
+)
 from .nonsmooth import PiecewiseLinearFamily
 from .nuisance import slice_sample
 from .shards import ShardKernel, validate_n_shards
@@ -99,9 +101,9 @@ class SplitGibbs(BlockedStep):
         mixes much faster at small rho (docs: "How SGS works").
     log_weights : bool or int
         Record ``log_weight = log pi(theta) - log pi_rho(theta)`` (up to a
-        constant) for every swept draw (``True``; see ``sweep_every``), for :func:`pymc_sgs.psis_summary`
-        to measure and remove the rho-bias; they cost 8 to 16 likelihood
-        evaluations per row and sweep. An integer ``k`` records them on every
+        constant) for every swept draw (``True``; see ``sweep_every``), for
+        :func:`pymc_sgs.psis_summary` to measure and remove the rho-bias; they
+        cost 8 to 16 likelihood evaluations per row and sweep. An integer ``k`` records them on every
         k-th draw after tuning only (the others get nan; :func:`psis_summary`
         uses the weighted draws): since successive draws are correlated, thinning
         the weights by less than about half the integrated autocorrelation time
