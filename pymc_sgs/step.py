@@ -103,8 +103,8 @@ class SplitGibbs(BlockedStep):
         Record ``log_weight = log pi(theta) - log pi_rho(theta)`` (up to a
         constant) for every swept draw (``True``; see ``sweep_every``), for
         :func:`pymc_sgs.psis_summary` to measure and remove the rho-bias; they
-        cost 8 to 16 likelihood evaluations per row and sweep. An integer ``k`` records them on every
-        k-th draw after tuning only (the others get nan; :func:`psis_summary`
+        cost 8 to 16 likelihood evaluations per row and sweep. An integer ``k``
+        records them on every k-th draw after tuning only (the others get nan; :func:`psis_summary`
         uses the weighted draws): since successive draws are correlated, thinning
         the weights by less than about half the integrated autocorrelation time
         loses little precision and saves most of their cost. ``False`` skips
@@ -338,7 +338,11 @@ class SplitGibbs(BlockedStep):
         self.shift = validate_shift(shift)
         self.shift_moves = validate_shift_moves(shift_moves)
         self.shift_relaxation = validate_shift_relaxation(shift_relaxation)
-        self.sweep_every = _validate_sweep_every(sweep_every, self.shift, exact)
+        self.sweep_every = _validate_sweep_every(
+            sweep_every,
+            "shift=False" if not self.shift
+            else "exact=True (which does not use the shift move)" if exact else None,
+        )
         self.split = split
         bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
@@ -713,8 +717,11 @@ class SplitGibbs(BlockedStep):
         return Competence.COMPATIBLE
 
 
-def _validate_sweep_every(sweep_every, shift: bool, exact: bool):
-    """``"auto"`` or a positive integer; above 1 it needs the shift move."""
+def _validate_sweep_every(sweep_every, without_shift: str | None):
+    """``"auto"`` or a positive integer; above 1 it needs the shift move.
+
+    ``without_shift`` says why the step makes no shift move (None: it makes one).
+    """
     if isinstance(sweep_every, str) and sweep_every == "auto":
         return "auto"
     if (isinstance(sweep_every, (bool, np.bool_)) or not isinstance(sweep_every, (int, np.integer))
@@ -722,12 +729,10 @@ def _validate_sweep_every(sweep_every, shift: bool, exact: bool):
         raise ValueError(
             f"sweep_every must be 'auto' or a positive integer; received {sweep_every!r}."
         )
-    if sweep_every > 1 and (not shift or exact):
+    if sweep_every > 1 and without_shift is not None:
         raise ValueError(
             f"sweep_every={sweep_every} needs the shift move, which makes the draws between "
-            "sweeps; received "
-            + ("shift=False" if not shift else "exact=True (which does not use the shift move)")
-            + ". Use sweep_every=1 (or 'auto')."
+            f"sweeps; received {without_shift}. Use sweep_every=1 (or 'auto')."
         )
     return int(sweep_every)
 

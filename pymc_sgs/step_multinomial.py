@@ -121,12 +121,7 @@ class CategoricalSplitGibbs(SplitGibbs):
         validate_shift(shift)
         validate_shift_moves(shift_moves)
         validate_shift_relaxation(shift_relaxation)
-        # without the shift move every draw is a sweep
-        if _validate_sweep_every(sweep_every, True, False) not in ("auto", 1):
-            raise ValueError(
-                f"sweep_every={sweep_every} needs the shift move, which is not available "
-                f"{where}; use sweep_every=1 (or 'auto')."
-            )
+        _validate_sweep_every(sweep_every, f"a model {where}, which has no shift move")
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
