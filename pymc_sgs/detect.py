@@ -16,7 +16,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import Constant
+from pytensor.graph.basic import Constant, Variable
 
 try:  # pytensor >= 2.31
     from pytensor.graph.traversal import ancestors
@@ -190,12 +190,13 @@ def find_outermost(param, free, matches):
     return found
 
 
-def _observed_data(value):
+def _observed_data(value, where="the observed variable"):
     """Observed data as floats, read before PyMC's cast to the variable's dtype.
 
     PyMC casts a float ``pm.Data`` container observed by a discrete variable to
     int in the graph, which would truncate e.g. a count of 1.5 to 1 and hide it
-    from the support checks.
+    from the support checks. A plain array it casts when the model is built, and
+    an inf there becomes the integer minimum, reported here as the inf it was.
     """
     while (
         value.owner is not None
@@ -203,12 +204,70 @@ def _observed_data(value):
         and isinstance(value.owner.op.scalar_op, ScalarCast)
     ):
         value = value.owner.inputs[0]
-    return _value_of(value).astype(float)
+    data = _value_of(value)
+    _check_cast_nonfinite(data, f"observed data of {where!r}")
+    return data.astype(float)
+
+
+def _check_cast_nonfinite(data, what):
+    """Raise for integer data holding the integer minimum: NumPy's cast of inf (or NaN) to int."""
+    if not np.issubdtype(data.dtype, np.integer) or np.issubdtype(data.dtype, np.unsignedinteger):
+        return
+    bad = np.flatnonzero(np.ravel(data) == np.iinfo(data.dtype).min)
+    if bad.size:
+        raise ValueError(
+            f"{what} must be finite; found {bad.size} NaN/inf value(s), first at flat index "
+            f"{bad[0]} (PyMC cast them to the integer {np.iinfo(data.dtype).min} for this "
+            "discrete likelihood). Drop or impute those rows before building the model."
+        )
 
 
 def _dist_name(rv):
-    name = type(rv.owner.op).__name__.replace("RV", "")
+    return _op_dist_name(rv.owner.op)
+
+
+def _op_dist_name(op):
+    name = type(op).__name__.replace("RV", "")
     return {"NegBinomial": "NegativeBinomial"}.get(name, name)
+
+
+def _likelihood(rv, model):
+    """``(name, kind)`` of an observed variable's likelihood for messages.
+
+    ``kind`` names the known likelihoods that are no GLM SplitGibbs samples (zero-inflated,
+    hurdle, mixture, ordinal), else it is None. PyMC builds ``ZeroInflatedPoisson`` (and
+    ZeroInflatedBinomial / NegativeBinomial) as a ``Mixture`` of ``DiracDelta(0)`` and the
+    count distribution, the ``Hurdle*`` ones as a hurdle mixture of ``DiracDelta(0)`` and a
+    truncated one, and ``OrderedLogistic`` / ``OrderedProbit`` as a ``Categorical``.
+    """
+    from .detect_multinomial import is_ordinal
+
+    op_name = type(rv.owner.op).__name__
+    if op_name in ("MixtureRV", "_HurdleRV"):
+        # the components; a hurdle's non-zero part is Truncated(base)
+        names = [
+            _op_dist_name(getattr(c.owner.op, "base_rv_op", c.owner.op))
+            for c in rv.owner.inputs[2:] if c.owner is not None
+        ]
+        others = [nm for nm in names if nm != "DiracDelta"]
+        if "DiracDelta" in names and len(others) == 1:
+            (other,) = others
+            if op_name == "_HurdleRV":
+                return (f"Hurdle{other}",
+                        f"a hurdle model: a point mass at 0 and a truncated {other}")
+            return (f"ZeroInflated{other}",
+                    f"zero-inflated: a mixture of a point mass at 0 and a {other}")
+        return "Mixture", f"a mixture of {names}"
+    if op_name == "CategoricalRV" and is_ordinal(rv, model):
+        return "Categorical", (
+            "an ordinal likelihood: cumulative probabilities, as built by pm.OrderedLogistic, "
+            "pm.OrderedProbit or Bambi's family='cumulative' / 'sratio'"
+        )
+    return _dist_name(rv), None
+
+
+#: what to use for a model SplitGibbs cannot sample
+NUTS = "NUTS (pm.sample() without step=, or nutpie)"
 
 
 #: how to write each supported link in a PyMC model (used in error messages)
@@ -330,6 +389,16 @@ def _classify_observed(rv, model):
         fam = f"{fam}_probit"
     return _ObservedTerm(rv, "split", fam, eta, None, trials=trials, param=param, link=link,
                          pname=pname, nuisance=nuisance)
+
+
+def _raise_known_unsupported(rv, model):
+    """Raise for an observed variable whose likelihood is a known non-GLM (zero-inflated, ...)."""
+    name, kind = _likelihood(rv, model)
+    if kind is not None:
+        raise UnsupportedModelError(
+            f"observed variable {rv.name!r} has a {name} likelihood ({kind}), which SplitGibbs "
+            f"does not support. Sample this model with {NUTS}."
+        )
 
 
 def _free_rvs_in(graphs, model):
@@ -718,7 +787,8 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     if not model.observed_RVs:
         raise UnsupportedModelError(
             "the model has no observed variables; SplitGibbs samples the posterior of a GLM "
-            f"({SUPPORTED})."
+            f"({SUPPORTED}). Sample this model with {NUTS}, or its prior with "
+            "pm.sample_prior_predictive()."
         )
     terms = []
     unsupported = []
@@ -744,15 +814,19 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         theta_rvs = eta_rvs
     terms = [t for t in terms if set(_free_rvs_in([t.eta], model)) & set(theta_rvs)]
     if not terms:
+        for rv in unsupported:
+            if _free_rvs_in(rv.owner.inputs[2:], model):
+                _raise_known_unsupported(rv, model)
         raise UnsupportedModelError(
             "no observed variable of the model is a GLM term SplitGibbs can sample "
-            f"(found: {[(rv.name, _dist_name(rv)) for rv in model.observed_RVs]}). "
-            f"Supported: {SUPPORTED}."
+            f"(found: {[(rv.name, _likelihood(rv, model)[0]) for rv in model.observed_RVs]}). "
+            f"Supported: {SUPPORTED}. Sample this model with {NUTS} instead."
         )
     theta_set = set(theta_rvs)
     for rv in unsupported:
         deps = set(_free_rvs_in(rv.owner.inputs[2:], model))
         if deps & theta_set:
+            _raise_known_unsupported(rv, model)
             raise UnsupportedModelError(
                 f"observed variable {rv.name!r} has a {_dist_name(rv)} likelihood, which "
                 f"SplitGibbs does not support. Supported: {SUPPORTED}. Sample this model with "
@@ -777,7 +851,13 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
             laplace_priors.append((rv, params[-1]))
             mean, prec, scale_source = np.zeros(size), np.zeros((size, size)), None
         else:
-            mean, prec, scale_source = _gaussian_prior(rv, model, size)
+            try:
+                mean, prec, scale_source = _gaussian_prior(rv, model, size)
+            except UnsupportedModelError as err:
+                # a variable that is no coefficient (a GP lengthscale, a non-centred scale)
+                # is told so, not that its prior is wrong
+                better = _not_a_coefficient(rv, terms, model)
+                raise UnsupportedModelError(better or str(err)) from None
         means.append(mean)
         precs.append(prec)
         if scale_source is not None:
@@ -790,7 +870,7 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
 
     # observed data, trials and sigmas
     for t in terms:
-        t.y = _observed_data(model.rvs_to_values[t.rv])
+        t.y = _observed_data(model.rvs_to_values[t.rv], t.rv.name)
     rng = np.random.default_rng(seed)
     cols, offsets, shared_designs = _affine_map(terms, theta_rvs, model, rng, nuisance_rvs)
     init = model.initial_point()
@@ -815,7 +895,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
                         f"observed variable {t.rv.name!r}: the number of trials n must be data, "
                         "not a random variable."
                     )
-                trials = np.broadcast_to(_value_of(t.trials), t.y.shape).ravel().astype(float)
+                trials = _value_of(t.trials)
+                _check_cast_nonfinite(trials, f"trials (n) of {t.rv.name!r}")
+                trials = np.broadcast_to(trials, t.y.shape).ravel().astype(float)
             fam = FAMILIES[t.family]
             if t.nuisance:
                 values = {}
@@ -872,6 +954,81 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     return DetectedModel(
         problem, [p.name for p in params], sigma_sources, prior_sources, nuisance_sources,
         nuisance_vars, free_rates=free_rates, shared_designs=shared_designs,
+    )
+
+
+def _not_a_coefficient(rv, terms, model, seed=0):
+    """Message for a free variable of the predictors that does not enter them as a coefficient.
+
+    The predictors are evaluated as functions of their free variables at positive points
+    (where scales and lengthscales are in their support). Returns a message when a predictor
+    is not affine in ``rv`` with the others held fixed (e.g. a GP lengthscale), or is affine
+    but with a slope that moves with other free variables (a non-centred scale,
+    ``u = tau * u_raw``); None when ``rv`` enters as a coefficient, or the predictors cannot
+    be evaluated. Only called for a variable whose prior SplitGibbs rejects.
+    """
+    etas = [t.eta for t in terms]
+    free = _free_rvs_in(etas, model)
+    if rv not in free:
+        return None
+    stand_ins = {r: r.type() for r in free}
+    rng = np.random.default_rng(seed)
+    try:
+        fn = pytensor.function(
+            list(stand_ins.values()), pytensor.clone_replace(etas, replace=stand_ins),
+            on_unused_input="ignore", mode=DETECT_MODE,
+        )
+        point = {r: 1.0 + rng.random(_shape_of(r)) for r in free}
+        step = {r: 0.5 + 0.5 * rng.random(_shape_of(r)) for r in free}
+
+        def evaluate(moved=(), by_rv=0.0):
+            values = [point[r] + step[r] * (by_rv if r is rv else any(r is m for m in moved))
+                      for r in free]
+            with np.errstate(all="ignore"):
+                outs = fn(*[np.asarray(v, dtype=r.dtype) for v, r in zip(values, free)])
+            return [np.asarray(o, dtype=float) for o in outs]
+
+        e0, e1, e2 = evaluate(), evaluate(by_rv=1.0), evaluate(by_rv=2.0)
+    except Exception:  # noqa: BLE001 - only a better message is at stake
+        return None
+    if not all(np.all(np.isfinite(e)) for e in (*e0, *e1, *e2)):
+        return None
+
+    def close(a, b, *refs):
+        scale = 1.0 + sum(np.abs(r) for r in refs)
+        return np.all(np.abs(a - b) <= 1e-7 * scale)
+
+    for t, a, b, c in zip(terms, e0, e1, e2):
+        if not close(c - b, b - a, a, b, c):
+            return (
+                f"variable {rv.name!r} enters the linear predictor of {t.rv.name!r} "
+                "non-linearly (e.g. a GP lengthscale, or inside exp()): it is not a regression "
+                f"coefficient, and SplitGibbs samples GLMs only. Sample this model with {NUTS}."
+            )
+    partners, where = [], None
+    for r in free:
+        if r is rv:
+            continue
+        try:
+            f0, f1 = evaluate(moved=(r,)), evaluate(moved=(r,), by_rv=1.0)
+        except Exception:  # noqa: BLE001
+            return None
+        for t, a, b, g0, g1 in zip(terms, e0, e1, f0, f1):
+            if not close(g1 - g0, b - a, a, b, g0, g1):
+                partners.append(r.name)
+                where = where or t.rv.name
+                break
+    if not partners:
+        return None
+    if "|" in (rv.name or ""):
+        instead = ("Bambi's group-specific terms are non-centred by default: build the model "
+                   "with bmb.Model(..., noncentered=False)")
+    else:
+        instead = f"Write the centred form u ~ Normal(0, {rv.name}) in place of the product"
+    return (
+        f"variable {rv.name!r} multiplies the coefficient(s) {partners} in the linear predictor "
+        f"of {where!r}: a non-centred hierarchical prior (u = {rv.name} * {partners[0]}), whose "
+        f"scale SplitGibbs does not sample yet. {instead}, or sample this model with {NUTS}."
     )
 
 
@@ -1005,19 +1162,35 @@ def _check_identified(prior_precision, split_terms, gaussian_terms, theta_rvs):
 
 
 def _user_theta_rvs(vars, model):
+    """The free variables named by ``vars`` (variables, value variables or their names)."""
     if not isinstance(vars, (list, tuple)):
         vars = [vars]
     values_to_rvs = {v: rv for rv, v in model.rvs_to_values.items()}
+    by_name = {**{v.name: rv for rv, v in model.rvs_to_values.items()}, **model.named_vars}
+    expected = (
+        "vars must list free variables of the model (variables or names), among "
+        f"{[rv.name for rv in model.free_RVs]}; received "
+    )
     out = []
     for v in vars:
-        rv = values_to_rvs.get(v, v)
         if isinstance(v, str):
-            rv = model[v]
-            rv = values_to_rvs.get(rv, rv)
+            if v not in by_name:
+                raise ValueError(f"{expected}{v!r}, which is no variable of the model.")
+            rv = values_to_rvs.get(by_name[v], by_name[v])
+        elif isinstance(v, Variable):
+            rv = values_to_rvs.get(v, v)
+        else:
+            raise ValueError(f"{expected}{v!r} of type {type(v).__name__}.")
         if rv not in model.free_RVs:
-            raise ValueError(
-                f"vars must be free variables of the model; received {getattr(v, 'name', v)!r}."
-            )
+            if rv in model.observed_RVs:
+                what = "an observed variable"
+            elif any(rv is x for x in model.deterministics):
+                what = "a Deterministic"
+            elif any(rv is x for x in model.named_vars.values()):
+                what = "not a free random variable"
+            else:
+                what = "not a variable of this model (one of another pm.Model?)"
+            raise ValueError(f"{expected}{getattr(v, 'name', v)!r}, which is {what}.")
         out.append(rv)
     order = {rv: i for i, rv in enumerate(model.free_RVs)}
     return sorted(set(out), key=order.__getitem__)

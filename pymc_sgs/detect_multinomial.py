@@ -25,6 +25,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytensor
 import scipy.sparse
+from pytensor.scalar.basic import Exp
+from pytensor.scalar.math import Erf, Erfc, Erfcx, Sigmoid
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import CategoricalRV, MvNormalRV, NormalRV
 from pytensor.tensor.special import Softmax
 from scipy.special import softmax as np_softmax
@@ -34,7 +37,7 @@ from pymc.distributions.continuous import FlatRV
 
 from .problem import ParamSlice
 
-__all__ = ["DetectedCategorical", "detect_categorical", "has_categorical_likelihood"]
+__all__ = ["DetectedCategorical", "detect_categorical", "has_categorical_likelihood", "is_ordinal"]
 
 _HOW = "p=pm.math.softmax(eta, axis=-1) or logit_p=eta, with eta = X @ B (+ intercepts)"
 
@@ -91,6 +94,35 @@ def has_categorical_likelihood(model=None) -> bool:
     return bool(_categorical_rvs(pm.modelcontext(model)))
 
 
+def is_ordinal(rv, model) -> bool:
+    """Is the ``pm.Categorical`` ``rv`` an ordinal likelihood rather than a softmax?
+
+    ``pm.OrderedLogistic`` / ``pm.OrderedProbit`` and Bambi's ``cumulative`` and ``sratio``
+    families build their class probabilities from an inverse link (invlogit, invprobit or
+    Bambi's cloglog ``1 - exp(-exp(x))``) of cutpoints minus the predictor, with no softmax.
+    """
+    from .detect import _free_rvs_in, find_outermost
+
+    if not isinstance(rv.owner.op, CategoricalRV):
+        return False
+    param = rv.owner.inputs[2]
+    free = set(model.free_RVs)
+    if not _free_rvs_in([param], model) or _find_softmax(param, free):
+        return False
+
+    def is_op(node, types):
+        return isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, types)
+
+    def cloglog(node):  # exp(-exp(x))
+        return is_op(node, Exp) and bool(
+            find_outermost(node.inputs[0], free, lambda inner: is_op(inner, Exp))
+        )
+
+    return bool(find_outermost(
+        param, free, lambda node: is_op(node, (Sigmoid, Erf, Erfc, Erfcx)) or cloglog(node)
+    ))
+
+
 def _find_softmax(param, free):
     """Outermost Softmax nodes of the free variables in the graph of ``param``."""
     from .detect import find_outermost
@@ -145,6 +177,7 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
         Observations outside ``0..K-1``, non-finite design, improper ``theta | z``.
     """
     from .detect import (
+        NUTS,
         UnsupportedModelError,
         _check_no_other_dependants,
         _coef_labels,
@@ -167,11 +200,18 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
     param = rv.owner.inputs[2]
     free = set(model.free_RVs)
     found = _find_softmax(param, free)
+    if not found and is_ordinal(rv, model):
+        raise UnsupportedModelError(
+            f"observed variable {name!r}: its Categorical probabilities are cumulative "
+            "(an ordinal likelihood: pm.OrderedLogistic, pm.OrderedProbit, Bambi's "
+            "family='cumulative' or 'sratio'), which SplitGibbs does not support. Sample this "
+            f"model with {NUTS}."
+        )
     if not found:
         raise UnsupportedModelError(
             f"observed variable {name!r}: its Categorical probabilities p are not a softmax of "
             f"a linear predictor (no pm.math.softmax of the coefficients in its graph). Write "
-            f"{_HOW}."
+            f"{_HOW}, or sample this model with {NUTS}."
         )
     if len(found) > 1:
         raise UnsupportedModelError(
@@ -230,7 +270,7 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
     for p, prec in zip(params, precs):
         prior_precision[p.start : p.stop, p.start : p.stop] = prec
 
-    y = _observed_data(model.rvs_to_values[rv])
+    y = _observed_data(model.rvs_to_values[rv], name)
     eta_shape = tuple(int(s) for s in np.broadcast_shapes(
         y.shape + (1,), tuple(int(s) for s in eta.shape.eval())))
     K = eta_shape[-1]

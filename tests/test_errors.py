@@ -679,3 +679,185 @@ def test_shards_with_a_sharded_backend(data):
     with pytest.raises(ValueError, match=r"split='shards' runs its shards in this process; received backend=LocalBackend\(n_shards=2\)"):
         logistic(X, y, rho=0.2, alpha=0, split="shards", n_shards=2,
                  backend=pymc_sgs.LocalBackend(n_shards=2))
+
+
+# ------------------------------------------- models that are no GLM: say what they are
+NUTS = r"Sample this model with NUTS \(pm\.sample\(\) without step=, or nutpie\)"
+
+
+def _ordered_cutpoints():
+    return pm.Normal("cut", [-1.0, 1.0], 1.0, transform=pm.distributions.transforms.ordered,
+                     shape=2)
+
+
+@pytest.mark.parametrize("ordered", [pm.OrderedLogistic, pm.OrderedProbit])
+def test_ordinal_likelihood_is_named_not_told_to_use_softmax(data, ordered):
+    X, _, _ = data
+    y = np.random.default_rng(0).integers(0, 3, N)
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        ordered("y", eta=X @ b, cutpoints=_ordered_cutpoints(), observed=y)
+        with pytest.raises(UnsupportedModelError,
+                           match=r"'y'.*ordinal likelihood.*does not support\. " + NUTS):
+            SplitGibbs(rho=0.2)
+
+
+def test_bambi_cumulative_family_is_ordinal():
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"x": rng.normal(size=30),
+                       "y": pd.Categorical(rng.integers(0, 3, 30), ordered=True)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = bmb.Model("y ~ x", df, family="cumulative")
+        m.build()
+    with m.backend.model:
+        with pytest.raises(UnsupportedModelError, match=r"ordinal likelihood.*" + NUTS):
+            SplitGibbs(rho=0.2)
+
+
+def test_gp_lengthscale_is_not_called_a_coefficient(data):
+    X, y, _ = data
+    with pm.Model():
+        ell = pm.Gamma("ell", 2.0, 1.0)
+        f = pm.gp.Latent(cov_func=pm.gp.cov.ExpQuad(1, ls=ell)).prior("f", X=X[:, :1])
+        pm.Bernoulli("y", logit_p=f, observed=y)
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"variable 'ell' enters the linear predictor of 'y' non-linearly.*not a "
+            r"regression coefficient.*" + NUTS,
+        ):
+            SplitGibbs(rho=0.2)
+
+
+def test_noncentred_scale_gets_the_centred_form(data):
+    X, y, _ = data
+    g = np.arange(N) % 4
+    with pm.Model():
+        tau = pm.HalfNormal("tau", 1.0)
+        u_raw = pm.Normal("u_raw", 0.0, 1.0, shape=4)
+        u = pm.Deterministic("u", tau * u_raw)
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Bernoulli("y", logit_p=X @ b + u[g], observed=y)
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"'tau' multiplies the coefficient\(s\) \['u_raw'\].*non-centred.*"
+            r"u ~ Normal\(0, tau\).*NUTS",
+        ):
+            SplitGibbs(rho=0.2)
+
+
+@pytest.mark.parametrize(
+    "name, make",
+    [
+        ("ZeroInflatedPoisson",
+         lambda X, b, c: pm.ZeroInflatedPoisson("y", psi=0.7, mu=pm.math.exp(X @ b), observed=c)),
+        ("ZeroInflatedNegativeBinomial",
+         lambda X, b, c: pm.ZeroInflatedNegativeBinomial("y", psi=0.7, mu=pm.math.exp(X @ b),
+                                                         alpha=2.0, observed=c)),
+        ("ZeroInflatedBinomial",
+         lambda X, b, c: pm.ZeroInflatedBinomial("y", psi=0.7, n=20, p=pm.math.invlogit(X @ b),
+                                                 observed=c)),
+        ("HurdlePoisson",
+         lambda X, b, c: pm.HurdlePoisson("y", psi=0.7, mu=pm.math.exp(X @ b), observed=c)),
+    ],
+)
+def test_zero_inflated_likelihood_is_named(data, name, make):
+    X, _, counts = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        make(X, b, counts)
+        with pytest.raises(UnsupportedModelError,
+                           match=rf"'y' has a {name} likelihood.*does not support\. " + NUTS):
+            SplitGibbs(rho=0.2)
+
+
+def test_no_glm_term_says_what_to_use(data):
+    X, _, _ = data
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        pm.Logistic("y", mu=X @ b, s=1.0, observed=np.zeros(N))
+        with pytest.raises(UnsupportedModelError,
+                           match=r"no observed variable .*'Logistic'.*" + NUTS + " instead"):
+            SplitGibbs(rho=0.2)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda X, b, y: pm.Bernoulli("y", logit_p=X @ b, observed=y),
+        lambda X, b, y: pm.Binomial("y", n=3, logit_p=X @ b, observed=y),
+        lambda X, b, y: pm.Poisson("y", mu=pm.math.exp(X @ b), observed=y),
+        lambda X, b, y: pm.NegativeBinomial("y", mu=pm.math.exp(X @ b), alpha=2.0, observed=y),
+    ],
+    ids=["bernoulli", "binomial", "poisson", "negativebinomial"],
+)
+def test_inf_in_discrete_data_is_reported_as_inf(data, make):
+    # PyMC casts a float y to the discrete likelihood's int type: inf becomes -9.2e18
+    X, y, _ = data
+    y = y.copy()
+    y[3] = np.inf
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            make(X, b, y)
+        with pytest.raises(ValueError, match=r"observed data of 'y' must be finite; found 1 "
+                           r"NaN/inf value\(s\), first at flat index 3 .*Drop or impute"):
+            SplitGibbs(rho=0.2)
+
+
+def test_inf_in_binomial_trials_is_reported_as_inf(data):
+    X, y, _ = data
+    n = np.full(N, 3.0)
+    n[2] = np.inf
+    with pm.Model():
+        b = pm.Normal("beta", 0.0, 1.0, shape=D)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pm.Binomial("y", n=n, logit_p=X @ b, observed=y)
+        with pytest.raises(ValueError, match=r"trials \(n\) of 'y' must be finite; found 1 "
+                           r"NaN/inf value\(s\), first at flat index 2"):
+            SplitGibbs(rho=0.2)
+
+
+def test_inf_in_categorical_data_is_reported_as_inf(data):
+    import pytensor.tensor as pt
+
+    X, _, _ = data
+    y = np.random.default_rng(1).integers(0, 3, N).astype(float)
+    y[4] = np.inf
+    with pm.Model():
+        B = pm.Normal("B", 0.0, 1.0, shape=(D, 2))
+        logits = X @ pt.concatenate([pt.zeros((D, 1)), B], axis=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pm.Categorical("y", p=pm.math.softmax(logits, axis=-1), observed=y)
+        with pytest.raises(ValueError, match=r"observed data of 'y' must be finite; found 1 "
+                           r"NaN/inf value\(s\), first at flat index 4"):
+            SplitGibbs(rho=0.2)
+
+
+# ------------------------------------------------------------------------ vars
+def _other_model_variable():
+    with pm.Model():
+        return pm.Normal("other", 0.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "vars, received",
+    [
+        (["nope"], r"'nope', which is no variable of the model"),
+        ("nope", r"'nope', which is no variable of the model"),
+        (5, r"5 of type int"),
+        ([_other_model_variable()], r"'other', which is not a variable of this model"),
+        (["y"], r"'y', which is an observed variable"),
+    ],
+    ids=["unknown-name", "unknown-name-not-a-list", "int", "other-model", "observed"],
+)
+def test_vars_not_free_variables_of_the_model(data, vars, received):
+    with pytest.raises(ValueError, match=r"vars must list free variables of the model "
+                       r"\(variables or names\), among \['beta'\]; received " + received):
+        logistic(*data[:2], vars=vars)
