@@ -55,6 +55,40 @@ def _log_weights(idata) -> np.ndarray:
     return lw
 
 
+def _self_normalised_mcse(w, have, x, mean, sd):
+    """MCSE of the self-normalised IS mean and sd, with the chains' autocorrelation.
+
+    The estimates are ratios: to first order ``mean_hat - mean = sum_t W_t (x_t - mean) /
+    sum_t W_t``, the average of ``g_t = W_t (x_t - mean)`` over the weighted draws with
+    ``W`` scaled to average one, so the MCSE is ArviZ's MCSE of the mean of ``g`` (its ESS
+    counts the autocorrelation); likewise ``W_t ((x_t - mean)^2 - sd^2)`` for the variance,
+    and the delta method for the sd.
+    """
+    n_chains = have.shape[0]
+    per_chain = [have[c].sum() for c in range(n_chains)]
+    W = w.reshape(have.shape) / w.sum() * have.sum()
+    x = x.reshape(have.shape)
+    g1 = [W[c, have[c]] * (x[c, have[c]] - mean) for c in range(n_chains)]
+    g2 = [W[c, have[c]] * ((x[c, have[c]] - mean) ** 2 - sd**2) for c in range(n_chains)]
+
+    def mcse(g):
+        if len(set(per_chain)) == 1 and per_chain[0] > 3:
+            return _scalar(az.mcse(np.stack(g), method="mean"))
+        # chains weighted on different schedules: combine the per-chain standard errors
+        total = sum(per_chain)
+        parts = [(n * _scalar(az.mcse(gc[None], method="mean"))) ** 2 if n > 3 else np.var(gc) * n
+                 for n, gc in zip(per_chain, g)]
+        return float(np.sqrt(sum(parts)) / total)
+
+    mcse_sd = mcse(g2) / (2.0 * sd) if sd > 0 else float("nan")
+    return mcse(g1), mcse_sd
+
+
+def _scalar(value) -> float:
+    """ArviZ returns a 1-element array for an ndarray input."""
+    return float(np.ravel(value)[0])
+
+
 def psis_weights(idata):
     """Normalised PSIS weights of all draws (chains stacked) and the Pareto k-hat.
 
@@ -78,7 +112,8 @@ def _psis(idata):
     if not np.all(have.any(axis=-1)):
         raise ValueError(
             "a chain has no importance weight at any draw; psis_weights needs weights in "
-            "every chain (sample all chains with the same log_weights)."
+            "every chain. Sample with log_weights=True, or log_weights=k with k well below "
+            "the number of draws."
         )
     n_chains, n_total = lw_all.shape[0], int(have.sum())
     # each chain may have its own rho (rho="auto" tunes per chain), hence its own
@@ -120,27 +155,38 @@ def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        One row per scalar parameter: ``mean`` and ``sd`` (PSIS-corrected,
-        targeting pi), ``mean_rho`` and ``sd_rho`` (uncorrected, pi_rho), and
-        ``shift``, the correction in units of the corrected sd. Attributes
+        One row per scalar parameter, labelled as in ``az.summary`` (from the
+        dims' coordinates): ``mean`` and ``sd`` (PSIS-corrected, targeting pi),
+        their Monte Carlo standard errors ``mcse_mean`` and ``mcse_sd`` (self-
+        normalised importance sampling, with the chains' autocorrelation),
+        ``mean_rho`` and ``sd_rho`` (uncorrected, pi_rho), and ``shift``, the
+        correction in units of the corrected sd. Only draws with a weight enter
+        the corrected columns: with ``sweep_every > 1`` (the default after
+        tuning) those are the swept draws, so compare ``mcse_mean`` with
+        ``az.summary``'s ``mcse_mean`` before preferring the corrected mean. Attributes
         ``attrs["khat"]`` and ``attrs["weight_ess"]`` (Kish ESS of the weights
         as a fraction of the weighted draws).
     """
     w, khat, n_weighted = _psis(idata)
+    have = np.isfinite(_log_weights(idata))
     post = idata.posterior
     names = list(post.data_vars) if var_names is None else list(var_names)
     rows, index = [], []
     for name in names:
         v = post[name].values
         flat = v.reshape(v.shape[0] * v.shape[1], -1)
+        labels = _index_labels(post[name])
         for j in range(flat.shape[1]):
             x = flat[:, j]
             mean = float(np.sum(w * x))
             sd = float(np.sqrt(np.sum(w * (x - mean) ** 2)))
+            mcse_mean, mcse_sd = _self_normalised_mcse(w, have, x, mean, sd)
             mean_rho, sd_rho = float(x.mean()), float(x.std(ddof=1))
-            rows.append((mean, sd, mean_rho, sd_rho, (mean - mean_rho) / sd if sd > 0 else 0.0))
-            index.append(name if flat.shape[1] == 1 else f"{name}[{_index_label(v.shape[2:], j)}]")
-    df = pd.DataFrame(rows, index=index, columns=["mean", "sd", "mean_rho", "sd_rho", "shift"])
+            rows.append((mean, sd, mcse_mean, mcse_sd, mean_rho, sd_rho,
+                         (mean - mean_rho) / sd if sd > 0 else 0.0))
+            index.append(name if flat.shape[1] == 1 else f"{name}[{labels[j]}]")
+    df = pd.DataFrame(rows, index=index, columns=["mean", "sd", "mcse_mean", "mcse_sd",
+                                                  "mean_rho", "sd_rho", "shift"])
     df.attrs["khat"] = khat
     df.attrs["weight_ess"] = float(1.0 / np.sum(w**2) / n_weighted)
     if warn and khat > KHAT_OK:
@@ -155,5 +201,12 @@ def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
     return df
 
 
-def _index_label(shape, j):
-    return ", ".join(str(i) for i in np.unravel_index(j, shape)) if shape else ""
+def _index_labels(var) -> list:
+    """Row labels of a posterior variable's elements in C order, from its dims' coordinates.
+
+    The same labels as ``az.summary`` (``beta[x1]``, ``u[a, 2]``), so the two tables line up.
+    """
+    dims = var.dims[2:]
+    coords = [var.coords[d].values if d in var.coords else np.arange(var.sizes[d]) for d in dims]
+    return [", ".join(str(c[i]) for c, i in zip(coords, idx))
+            for idx in np.ndindex(*[len(c) for c in coords])]

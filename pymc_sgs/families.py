@@ -99,6 +99,26 @@ class Family:
             raise ValueError(f"{self.name} parameter {key} must be positive and finite; received {v!r}.")
         return v
 
+    def eta_scale(self, trials=None) -> float:
+        """Natural scale of the linear predictor, for bounds on rho.
+
+        1 for the log, logit and probit links, whose linear predictor is dimensionless; an
+        identity link's predictor is in the units of ``y``, and its family returns its scale
+        (the largest over the rows, from ``trials`` where the rows carry it).
+        """
+        return 1.0
+
+    def grows(self, y, trials=None) -> tuple:
+        """``(up, down)``: boolean arrays, whether ``U(z; y_i) -> inf`` as ``z -> +inf`` / ``-inf``.
+
+        The recession directions of the likelihood: under flat priors the posterior is proper
+        only if every direction of the coefficients raises some row's potential without
+        bound (:mod:`pymc_sgs.propriety`). The default, both, suits potentials that grow on
+        both sides for every ``y`` (Gaussian, Gamma, asymmetric Laplace, Student-t).
+        """
+        both = np.ones(np.shape(y), dtype=bool)
+        return both, both
+
     def bind(self, **params) -> "Family":
         """A copy of the family with some nuisance parameters changed (validated)."""
         new = type(self)(**{**self.params, **params})
@@ -198,6 +218,13 @@ def _check_integers(values, what):
         )
 
 
+def _binomial_grows(y, trials):
+    """:meth:`Family.grows` of a binomial potential: failures bound ``z`` above, successes below."""
+    y = np.asarray(y, dtype=float)
+    trials = np.broadcast_to(np.asarray(trials, dtype=float), y.shape)
+    return y < trials, y > 0
+
+
 class BinomialLogit(Family):
     """Binomial likelihood with logit link: ``y ~ Binomial(trials, expit(z))``.
 
@@ -207,6 +234,9 @@ class BinomialLogit(Family):
     name = "binomial"
     link = "logit"
     has_trials = True
+
+    def grows(self, y, trials=None):
+        return _binomial_grows(y, 1.0 if trials is None else trials)
 
     def validate(self, y, trials, where):
         y = np.asarray(y, dtype=float)
@@ -271,6 +301,9 @@ class BernoulliLogit(BinomialLogit):
     name = "bernoulli"
     has_trials = False
 
+    def grows(self, y, trials=None):
+        return _binomial_grows(y, 1.0)
+
     def validate(self, y, trials, where):
         y = np.asarray(y, dtype=float)
         _check_finite(y, f"observed data of {where!r}")
@@ -319,6 +352,11 @@ class PoissonLog(Family):
 
     name = "poisson"
     link = "log"
+
+    def grows(self, y, trials=None):
+        # e^z grows upwards for every count; -y z grows downwards only for y > 0
+        y = np.asarray(y, dtype=float)
+        return np.ones(y.shape, dtype=bool), y > 0
 
     def validate(self, y, trials, where):
         _check_counts(y, where, "Poisson")
@@ -379,6 +417,9 @@ class NormalIdentity(Family):
 
     name = "normal"
     link = "identity"
+
+    def eta_scale(self, trials=None) -> float:
+        return float(np.max(trials))
 
     def potential(self, z, y, trials=None):
         return 0.5 * ((z - y) / trials) ** 2
@@ -444,6 +485,10 @@ class NegativeBinomialLog(Family):
     link = "log"
     nuisance = ("alpha",)
     defaults = {"alpha": 1.0}
+
+    def grows(self, y, trials=None):
+        # alpha * z upwards for every count, -y z downwards only for y > 0 (as Poisson)
+        return PoissonLog.grows(self, y, trials)
 
     def validate(self, y, trials, where):
         _check_counts(y, where, "NegativeBinomial")
@@ -536,6 +581,9 @@ class BinomialProbit(Family):
     def hess(self, z, y, trials=None):
         t = self._t(trials)
         return y * _neg_log_ndtr_hess(z) + (t - y) * _neg_log_ndtr_hess(-z)
+
+    def grows(self, y, trials=None):
+        return _binomial_grows(y, self._t(trials))
 
     def log_likelihood(self, z, y, trials=None):
         t = self._t(trials)
@@ -648,6 +696,9 @@ class StudentTIdentity(Family):
 
     def _q(self):
         return self.params["nu"] * self.params["sigma"] ** 2
+
+    def eta_scale(self, trials=None) -> float:
+        return self.params["sigma"]
 
     def potential(self, z, y, trials=None):
         nu = self.params["nu"]

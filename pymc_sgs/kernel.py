@@ -28,6 +28,7 @@ from .nonsmooth import (
 )
 from .problem import SplitProblem
 from .theta_cg import CGThetaConditional
+from .validate import check_real
 from .series import SERIES_GAUSSIAN
 from .weights import N_NODES, gauss_hermite_nodes, log_weight_rows, node_tiers
 
@@ -66,6 +67,11 @@ class SGSInfo(NamedTuple):
     exact_accept: float = float("nan")
 
 
+#: admissible rho: 1 / rho^2 and rho^2 times a squared linear predictor stay far inside the
+#: float64 range, and no linear predictor is meaningful on scales beyond these
+RHO_RANGE = (1e-10, 1e10)
+
+
 def validate_rho(rho, n: int) -> np.ndarray:
     """Check the coupling parameter and return it as a float array.
 
@@ -88,6 +94,13 @@ def validate_rho(rho, n: int) -> np.ndarray:
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         bad = arr if arr.ndim == 0 else arr[~(np.isfinite(arr) & (arr > 0))][0]
         raise ValueError(f"rho must be positive and finite; received {float(bad)!r}.")
+    lo, hi = RHO_RANGE
+    if np.any(arr < lo) or np.any(arr > hi):
+        bad = arr if arr.ndim == 0 else arr[(arr < lo) | (arr > hi)][0]
+        raise ValueError(
+            f"rho must be between {lo:g} and {hi:g} (in units of the linear predictor: the "
+            f"kernel works with 1 / rho^2); received {float(bad)!r}."
+        )
     return arr
 
 
@@ -106,11 +119,8 @@ def validate_theta_solver(theta_solver) -> str:
 
 def validate_alpha(alpha) -> float:
     """Check the over-relaxation parameter: a number in (-1, 1)."""
-    try:
-        a = float(alpha)
-    except (TypeError, ValueError):
-        raise ValueError(f"alpha must be a number in (-1, 1); received {alpha!r}.") from None
-    if isinstance(alpha, bool) or not (-1.0 < a < 1.0):
+    a = check_real("alpha", alpha, expected="a number in (-1, 1)")
+    if not (-1.0 < a < 1.0):
         raise ValueError(f"alpha must be a number in (-1, 1); received {alpha!r}.")
     return a
 

@@ -140,6 +140,11 @@ class PiecewiseLinearFamily(Family):
     def hess(self, z, y, trials=None):
         return np.zeros(np.broadcast_shapes(np.shape(z), np.shape(y)))
 
+    def eta_scale(self, trials=None) -> float:
+        # the potential's scale: 1 / the smaller slope, over the rows
+        s_lo, s_hi = self.slopes(trials)
+        return float(1.0 / np.min(np.minimum(s_lo, s_hi)))
+
     def log_normaliser(self, trials):
         """``log ∫ exp(-U(z)) dz`` (the same for every kink): ``-log(1/s_lo + 1/s_hi)``."""
         s_lo, s_hi = self.slopes(trials)

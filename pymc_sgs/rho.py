@@ -30,6 +30,7 @@ import numpy as np
 import scipy.linalg
 
 from .start import ROW_BLOCK, weighted_gram
+from .validate import check_real
 from .weights import N_NODES, log_weight_rows
 
 __all__ = ["RhoTuner", "validate_bias_tol", "pilot_rho", "laplace_log_weight_var"]
@@ -37,11 +38,8 @@ __all__ = ["RhoTuner", "validate_bias_tol", "pilot_rho", "laplace_log_weight_var
 
 def validate_bias_tol(bias_tol) -> float:
     """``bias_tol`` must be a number in (0, 1)."""
-    try:
-        b = float(bias_tol)
-    except (TypeError, ValueError):
-        raise ValueError(f"bias_tol must be a number in (0, 1); received {bias_tol!r}.") from None
-    if isinstance(bias_tol, bool) or not (0.0 < b < 1.0):
+    b = check_real("bias_tol", bias_tol, expected="a number in (0, 1)")
+    if not (0.0 < b < 1.0):
         raise ValueError(f"bias_tol must be a number in (0, 1); received {bias_tol!r}.")
     return b
 
@@ -69,6 +67,9 @@ class RhoTuner:
     damp_after : int
         Windows after which each adjustment is halved on the log scale (0 when
         rho starts from :func:`pilot_rho`, already near its target).
+    max_rho : float
+        Largest rho the tuner moves to: a nearly flat likelihood meets the
+        certificate at any rho and would otherwise grow it without bound.
     """
 
     rho: float
@@ -79,6 +80,7 @@ class RhoTuner:
     max_factor: float = 2.0
     safety: float = 0.9
     damp_after: int = 4
+    max_rho: float = np.inf
     n_windows: int = 0
     _buffer: list = field(default_factory=list)
     _unweighted: int = 0
@@ -121,7 +123,7 @@ class RhoTuner:
             factor = np.sqrt(factor)  # damp once near the target: the estimate is noisy
         factor = float(np.clip(factor, 1.0 / self.max_factor, self.max_factor))
         self.n_windows += 1
-        self.rho *= factor
+        self.rho = min(self.rho * factor, self.max_rho)
         return self.rho
 
     def finish(self) -> float:
@@ -189,7 +191,7 @@ def log_weight_var_parts(kernel, mode, chol, rho) -> tuple:
 
 
 def pilot_rho(kernel, mode, chol, bias_tol: float, *, rho0: float = 0.5,
-              max_steps: int = 12) -> float:
+              max_steps: int = 12, rho_max: float = np.inf) -> float:
     """Rho at which the Laplace-approximated ``Var(log w_rho)`` meets the certificate.
 
     Secant steps on ``log`` :func:`laplace_log_weight_var` against ``log rho``, starting
@@ -202,9 +204,12 @@ def pilot_rho(kernel, mode, chol, bias_tol: float, *, rho0: float = 0.5,
     mode, chol : ndarray
         Posterior mode and lower Cholesky factor of the Hessian there
         (:func:`pymc_sgs.start.laplace_start`).
+    rho_max : float
+        Upper bound of the result: a nearly flat likelihood meets the certificate at any rho.
     """
     target = np.log(np.log1p(bias_tol**2))
-    log_rho, slope = np.log(rho0), 4.0
+    log_rho, slope = np.log(min(rho0, rho_max)), 4.0
+    log_max = np.log(rho_max)
     prev = None
     for _ in range(max_steps):
         var = laplace_log_weight_var(kernel, mode, chol, np.exp(log_rho))
@@ -217,6 +222,9 @@ def pilot_rho(kernel, mode, chol, bias_tol: float, *, rho0: float = 0.5,
             # the measured exponent of Var(log w) in rho, kept near the smooth-potential 4
             slope = float(np.clip((log_var - prev[1]) / (log_rho - prev[0]), 2.0, 8.0))
         prev = (log_rho, log_var)
+        if log_var < target and log_rho >= log_max:
+            break  # the certificate holds at the bound
         # at most a factor 30 per step: far from the root the power law is only a guide
         log_rho += float(np.clip((target - log_var) / slope, -np.log(30.0), np.log(30.0)))
+        log_rho = min(log_rho, log_max)
     return float(np.exp(log_rho))

@@ -52,6 +52,7 @@ import scipy.linalg
 from .conditionals import triangular_solve
 from .fused import shifted_potential_change
 from .start import ROW_BLOCK, kernel_neg_log_posterior
+from .validate import check_bool
 
 __all__ = [
     "ShiftMove", "validate_shift", "validate_shift_moves", "validate_shift_relaxation",
@@ -61,9 +62,7 @@ __all__ = [
 
 def validate_shift(shift) -> bool:
     """``shift`` must be a bool."""
-    if not isinstance(shift, (bool, np.bool_)):
-        raise ValueError(f"shift must be True or False; received {shift!r}.")
-    return bool(shift)
+    return check_bool("shift", shift)
 
 
 #: most moves per sweep that ``shift_moves="auto"`` chooses
@@ -286,6 +285,8 @@ class ShiftMove:
 
     def __post_init__(self):
         self._window = []
+        #: whether moves are recorded for :meth:`tune` (off after tuning: see :meth:`freeze`)
+        self.tuning = True
         #: mean acceptance of the last completed tuning window (None before the first)
         self.window_accept = None
         # acceptance since the last change between the independent and over-relaxed regimes
@@ -402,7 +403,8 @@ class ShiftMove:
         accept_prob = float(np.exp(min(0.0, log_ratio))) if not np.isnan(log_ratio) else 0.0
         if rng.random() < accept_prob:
             state = self._accepted(state, prop, delta, z_prop, a_delta)
-        self._window.append(accept_prob)
+        if self.tuning:
+            self._window.append(accept_prob)
         return state, accept_prob
 
     def run(self, state, rng: np.random.Generator):
@@ -415,6 +417,12 @@ class ShiftMove:
 
     #: moves per adaptation of beta (and, with ``moves="auto"``, of the number of moves)
     WINDOW = 50
+
+    def freeze(self) -> None:
+        """End of tuning: keep ``beta`` and the number of moves, record no more acceptances."""
+        self.tuning = False
+        self._window = []
+        self._regime_accept = []
 
     def tune(self) -> None:
         """Adapt ``beta`` (and an ``"auto"`` number of moves) from the acceptance of the last window.

@@ -12,6 +12,7 @@ import pymc as pm
 from pymc.step_methods.compound import BlockedStep, Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator
+from pytensor.compile.sharedvalue import SharedVariable
 
 from .backends import Backend, LocalBackend
 from .backends.sharded import ShardedKernel, ShardedShiftMove
@@ -24,13 +25,30 @@ from .kernel import (
 from .nonsmooth import PiecewiseLinearFamily
 from .nuisance import slice_sample
 from .shards import ShardKernel, validate_n_shards
+from .propriety import check_proper
 from .rho import RhoTuner, pilot_rho, validate_bias_tol
 from .shift import ShiftMove, validate_shift, validate_shift_moves, validate_shift_relaxation
+from .validate import check_bool
 from .start import laplace_start, validate_init
 
-#: starting value of rho="auto" (in linear-predictor units)
+#: starting value of rho="auto" (in linear-predictor units) where the Laplace approximation
+#: is unavailable and the windowed tuner adapts rho on each chain
 AUTO_RHO_START = 0.5
-#: draws per sweep with sweep_every="auto" once the shift move is accepted often: a shift
+#: largest rho="auto" chooses, in units of the linear predictor's natural scale
+#: (:meth:`pymc_sgs.families.Family.eta_scale`): a nearly flat likelihood certifies any rho,
+#: and beyond this the z-draws are noise on a scale where the split buys nothing more
+AUTO_RHO_MAX = 10.0
+#: rho="auto" with the Laplace approximation: the warning threshold on the tuning draws'
+#: estimated sd(w~), as a multiple of bias_tol (the estimate's own error is ~10% at 500 draws)
+RHO_CHECK_FACTOR = 1.5
+#: weighted tuning draws (past the burn-in) below which that check is not made, with a warning
+RHO_CHECK_MIN_DRAWS = 100
+#: tuning draws sweep_every="auto" needs before it thins the sweeps: the shift move tunes its
+#: moves and relaxation over the first windows of tuning
+MIN_TUNE_FOR_THINNING = 100
+#: mean shift-move acceptance after tuning below which the step warns that it mixes slowly
+SHIFT_ACCEPT_WARN = 0.2
+#: draws per sweep with sweep_every="auto" after tuning: a shift
 #: move costs about 40% of a sweep, and with the move doing the mixing the draws between
 #: sweeps are as good as swept ones (ESS per draw unchanged from 1 to 8 draws per sweep on
 #: benchmarks/compare.py's logistic cases), so 4 saves about 3/4 of the sweeps' cost
@@ -53,6 +71,7 @@ class SplitGibbsState(StepMethodState):
     feedback: Any
     tune: bool
     rho_tuner: Any
+    rho_check: Any
     nuisance_out: Any
     shift_move: Any
 
@@ -77,9 +96,15 @@ class SplitGibbs(BlockedStep):
         Coupling between ``z`` and the linear predictor (same units as the
         linear predictor); scalar or one value per observation. The chain
         targets ``pi_rho``, whose bias vanishes as ``rho -> 0`` and whose
-        mixing slows down as rho shrinks. ``"auto"`` (default) starts at 0.5
-        and, during tuning, moves rho to the largest value whose importance
-        weights certify ``bias_tol`` (:mod:`pymc_sgs.rho`); the chosen rho is
+        mixing slows down as rho shrinks. ``"auto"`` (default): 0.9 times the
+        largest rho whose importance weights certify ``bias_tol`` under the
+        Laplace approximation of the posterior (:func:`pymc_sgs.rho.pilot_rho`),
+        a deterministic function of the data computed once, so every chain
+        targets the same ``pi_rho``; the tuning draws check the certificate
+        and warn when it fails. Where that approximation is unavailable (kinked
+        or non-log-concave likelihoods, ``theta_solver="cg"``) each chain adapts
+        rho over windows of tuning draws from 0.5 (:class:`pymc_sgs.rho.RhoTuner`).
+        Bounded by ten natural scales of the linear predictor. The chosen rho is
         the ``rho`` sampler stat.
     bias_tol : float
         For ``rho="auto"``: target bound, in posterior standard deviations, on
@@ -198,9 +223,10 @@ class SplitGibbs(BlockedStep):
         residuals ``z - A theta`` the move conditions on, whose effect on
         theta is of order ``rho^2 U''`` of its variance, so draws between
         sweeps are about as good as swept ones for a third of the cost.
-        ``"auto"`` (default): 4 once the shift move has been accepted at least
-        half the time over a tuning window (1 before that, and where the move
-        is not used). The importance weights and the z-move stats come from
+        ``"auto"`` (default): 4 after a tuning of at least 100 draws (1 during
+        it), the same schedule in every chain; 1 where the move is not used or
+        cannot make the draws in between (no split term; a prior scale, sigma
+        or likelihood parameter updated between draws). The importance weights and the z-move stats come from
         the swept draws only (``log_weight`` and ``z_accept`` are nan on the
         others; :func:`psis_summary` uses the weighted draws), and rho="auto"
         adapts over windows of draws, not of weights. Sampler stat ``swept``
@@ -269,6 +295,15 @@ class SplitGibbs(BlockedStep):
     _state_class = SplitGibbsState
 
     def __new__(cls, *args, **kwargs):
+        if kwargs.pop("_unpickle", False):
+            # pickle.loads (__getnewargs_ex__): every attribute follows in the state
+            return object.__new__(cls)
+        # no model given nor on the context stack (bmb.Model(...).fit(step=SplitGibbs())):
+        # pm.sample builds the step in its model (pymc_sgs.deferred)
+        if kwargs.get("model") is None and pm.Model.get_context(error_if_none=False) is None:
+            from .deferred import DeferredStep
+
+            return DeferredStep(cls, args, kwargs)
         # a pm.Categorical likelihood (multinomial logit) has its own step: same arguments
         if cls is SplitGibbs:
             from .detect_multinomial import has_categorical_likelihood
@@ -333,6 +368,8 @@ class SplitGibbs(BlockedStep):
                 f"dtype must be 'float64' or 'float32' (storage of the design for the compiled "
                 f"pass); received {dtype!r}."
             )
+        exact = check_bool("exact", exact)
+        center = check_bool("center", center)
         _check_split_args(split, n_shards, rho, alpha, exact)
         self.init = validate_init(init)
         self.shift = validate_shift(shift)
@@ -361,12 +398,14 @@ class SplitGibbs(BlockedStep):
         ]
         if center:
             self.detected = _centered(self.detected, owned)
+        if isinstance(backend, LocalBackend):
+            # a back end handed more rows than the model's (DaskBackend(X=...)) is checked by
+            # none here: a subset of the rows can be separated when all of them are not
+            _check_proper(self.detected)
+        # the data the model reads (pm.Data and arrays it holds without copying, whatever
+        # their dtype or layout): the kernel copied or factored them, so a later change would
+        # leave it stale
         self._data_fingerprints = _data_fingerprints(model)
-        # designs that are the model's own arrays (pymc_sgs.detect): an in-place change of one
-        # would leave the kernel's A^T A and Laplace start stale
-        self._design_fingerprints = [
-            (name, A, _digest(A)) for name, A in self.detected.shared_designs
-        ]
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else rho
         self.backend = backend
@@ -396,14 +435,41 @@ class SplitGibbs(BlockedStep):
         # free AsymmetricLaplace rates are updated here too (pymc_sgs.free_rate)
         self.vars += [by_name[r.value_name] for r in self.free_rates]
         self._free_sigma = any(s is not None for s in self.detected.sigma_sources)
-        self.tune = True
-        self.rho_tuner = (
-            RhoTuner(AUTO_RHO_START, bias_tol)
-            if self.auto_rho and self.detected.problem.n_split
-            else None
+        # sweep_every="auto" thins the sweeps only where the shift move can make the draws in
+        # between: with no split term a sweep is an exact draw of theta, and a prior scale,
+        # sigma or likelihood parameter updated between draws moves the posterior away from
+        # the Laplace approximation the move was built on
+        self._thinning_helps = bool(
+            self.detected.problem.n_split and not self.detected.prior_sources
+            and not self._free_sigma and not owned
         )
+        self.tune = True
+        # rho="auto" from the Laplace approximation: computed at the first chain's start and
+        # shared by every later chain of this step object (one target per run)
+        self._auto_rho_value = None
         self._reset_chain_state()
         self.rng = get_random_generator(rng)
+
+    def __getnewargs_ex__(self):
+        # PyMC's BlockedStep re-creates a step from its constructor arguments, model included,
+        # and a PyMC model does not pickle (functools.partial in its graph); the step's own
+        # state is everything a copy needs
+        return (), {"_unpickle": True}
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_BlockedStep__newargs", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        # unpickled inside ``with model:``, the step samples that model's own variables
+        # (PyMC matches a step's variables by identity)
+        model = pm.Model.get_context(error_if_none=False)
+        if model is not None:
+            by_name = {v.name: v for v in model.value_vars}
+            if all(v.name in by_name for v in self.vars):
+                self.vars = [by_name[v.name] for v in self.vars]
 
     def __repr__(self) -> str:
         p = self.detected.problem
@@ -435,7 +501,8 @@ class SplitGibbs(BlockedStep):
     # --------------------------------------------------------------------- step
     def step(self, point):
         theta = self._theta_from_point(point)
-        if self.rho_tuner is not None and float(self.kernel.rho) != self.rho_tuner.rho:
+        if (self.rho_tuner is not None and self.z_mode is not None
+                and float(self.kernel.rho) != self.rho_tuner.rho):
             # sequential chains restore the tuner; keep the kernel in step with it
             self.kernel.set_rho(self.rho_tuner.rho)
             self.log_weight, self.atz = float("nan"), None
@@ -459,27 +526,7 @@ class SplitGibbs(BlockedStep):
                 rates = fr.rates(point[fr.value_name])
             self.kernel.set_term_rate(fr.term_index, rates)
         if self.z_mode is None:
-            laplace = self.init == "laplace" and self.tune
-            use_shift = self.shift and not self.exact
-            sharded = isinstance(self.kernel, ShardedKernel)
-            if (laplace or use_shift) and (sharded or isinstance(self.kernel, SplitGibbsKernel)):
-                start = laplace_start(self.kernel, theta, self.rng)
-                if start.theta is not None and use_shift:
-                    # the same move; a sharded kernel's passes over the rows run on its shards
-                    move_class = ShardedShiftMove if sharded else ShiftMove
-                    self.shift_move = move_class(self.kernel, start.mode, start.chol,
-                                                 moves=self.shift_moves,
-                                                 relaxation=self.shift_relaxation)
-                if start.theta is not None and laplace:
-                    # burn-in starts inside the posterior (pymc_sgs.start); tuning draws are
-                    # discarded
-                    theta = start.theta
-                    if self.rho_tuner is not None and self.rho_tuner.n_windows == 0:
-                        # the tuner starts near its target instead of at AUTO_RHO_START
-                        rho0 = pilot_rho(self.kernel, start.mode, start.chol, self.bias_tol)
-                        self.rho_tuner.rho = rho0
-                        self.rho_tuner.damp_after = 0
-                        self.kernel.set_rho(rho0)
+            theta = self._start_chain(theta)
             state = self.kernel.init(theta, self.rng)
         else:
             state = SGSState(
@@ -509,7 +556,11 @@ class SplitGibbs(BlockedStep):
         else:
             weights = None
             if self.weight_every > 1 and not self.tune:
-                weights = self.feedback["draws"] % self.weight_every == 0
+                # the first swept draw at least weight_every draws after the last weighted one:
+                # counting draws alone would miss every sweep when the two strides do not align
+                weights = self.feedback["draws"] >= self.feedback["next_weight"]
+                if weights:
+                    self.feedback["next_weight"] = self.feedback["draws"] + self.weight_every
             state, info = self.kernel.sweep(state, self.rng, weights=weights)
         self.z, self.z_mode, self.log_weight, self.atz = (
             state.z, state.z_mode, state.log_weight, state.atz
@@ -531,13 +582,88 @@ class SplitGibbs(BlockedStep):
                 self.kernel.set_rho(new_rho)
                 # the weight of theta and A^T z / rho^2 both depend on rho
                 self.log_weight, self.atz = float("nan"), None
-        if not self.tune:
+        if self.tune and self.rho_check is not None and np.isfinite(info.log_weight):
+            self.rho_check.append(float(info.log_weight))
+        if self.tune:
+            self.feedback["tune_draws"] += 1
+        else:
             self._check_health(stats)
         if self._nuisance_names:
             self.nuisance_out = {nm: np.array(point[nm], copy=True) for nm in self._nuisance_names}
         new_point = self._theta_to_point(state.theta, point)
         new_point.update(rate_values)
         return new_point, [stats]
+
+    # ------------------------------------------------------------- chain start
+    def _start_chain(self, theta):
+        """A chain's first step: the Laplace start, the shift move and rho="auto".
+
+        The Laplace approximation (:func:`pymc_sgs.start.laplace_start`) gives the chain's
+        starting draw (``init="laplace"``), the shift move's proposal, and the rho of
+        ``rho="auto"`` (:func:`pymc_sgs.rho.pilot_rho`). That rho is a deterministic function
+        of the data and of the hyperparameters at PyMC's initial point, computed once per
+        step object, so every chain of a run, in any process, targets the same ``pi_rho``;
+        the tuning draws then check its certificate (:meth:`stop_tuning`). Without the
+        approximation (kinked or non-log-concave likelihoods, ``theta_solver="cg"``) each
+        chain adapts rho over windows of tuning draws (:class:`pymc_sgs.rho.RhoTuner`).
+
+        Returns the chain's starting coefficients.
+        """
+        use_shift = self.shift and not self.exact
+        sharded = isinstance(self.kernel, ShardedKernel)
+        untuned = not self.tune  # tune=0: stop_tuning came before the first draw
+        start = None
+        if (self.init == "laplace" or use_shift or self.auto_rho) and (
+                sharded or isinstance(self.kernel, SplitGibbsKernel)):
+            start = laplace_start(self.kernel, theta, self.rng)
+        have_laplace = start is not None and start.theta is not None
+        if have_laplace and use_shift:
+            # the same move; a sharded kernel's passes over the rows run on its shards
+            move_class = ShardedShiftMove if sharded else ShiftMove
+            self.shift_move = move_class(self.kernel, start.mode, start.chol,
+                                         moves=self.shift_moves,
+                                         relaxation=self.shift_relaxation)
+            if untuned:
+                self.shift_move.freeze()
+        if have_laplace and self.init == "laplace":
+            # burn-in (or, with tune=0, the first draw) starts inside the posterior
+            theta = start.theta
+        if not (self.auto_rho and self.detected.problem.n_split):
+            return theta
+        rho_max = self._rho_max()
+        if have_laplace:
+            if self._auto_rho_value is None:
+                rho = pilot_rho(self.kernel, start.mode, start.chol, self.bias_tol,
+                                rho_max=rho_max) * RhoTuner.safety
+                # 4 significant digits: processes that repeat the computation agree exactly
+                self._auto_rho_value = float(f"{min(rho, rho_max):.4g}")
+            self.kernel.set_rho(self._auto_rho_value)
+            self.rho_check = []
+            if untuned:
+                _warn_user(
+                    f"SplitGibbs: tune=0, so rho='auto' is rho={self._auto_rho_value:.4g} from "
+                    "the Laplace approximation, unchecked against the chain's importance "
+                    "weights, and there is no burn-in (the chain starts at a draw from the "
+                    "Laplace approximation). Use tune=500 or more to check the bias "
+                    "certificate; psis_summary still measures and removes the bias.",
+                )
+            return theta
+        # no Laplace approximation: this chain adapts its own rho over tuning windows
+        self.rho_tuner = RhoTuner(AUTO_RHO_START, self.bias_tol, max_rho=rho_max)
+        self.kernel.set_rho(AUTO_RHO_START)
+        if untuned:
+            why = start.reason if start is not None else "not available for this model"
+            _warn_user(
+                f"SplitGibbs: tune=0 with rho='auto' leaves rho at {AUTO_RHO_START}, "
+                f"uncertified: the Laplace approximation that sets rho without tuning draws "
+                f"is unavailable ({why}). Use tune=500 or more, or pass a fixed rho.",
+            )
+        return theta
+
+    def _rho_max(self) -> float:
+        """Largest rho for rho="auto": :data:`AUTO_RHO_MAX` natural scales of the predictor."""
+        terms = self.detected.problem.split_terms
+        return AUTO_RHO_MAX * max(f.eta_scale(t.trials) for f, t in zip(self.kernel.families, terms))
 
     # ------------------------------------------------------- nuisance parameters
     def _set_families(self, point):
@@ -613,6 +739,9 @@ class SplitGibbs(BlockedStep):
         super().set_rng(rng)
         self._reset_chain_state()
         self._check_data = True
+        # a reused step ended its last run with tuning off; PyMC's worker processes do not
+        # switch it back on (stop_tuning comes before the first draw when tune=0)
+        self.tune = True
 
     def _reset_chain_state(self):
         self.z = self.z_mode = self.atz = None
@@ -620,25 +749,26 @@ class SplitGibbs(BlockedStep):
         self.shift_move = None
         self.log_weight = float("nan")
         self.feedback = self._fresh_feedback()
-        if self.rho_tuner is not None:
-            self.rho_tuner = RhoTuner(AUTO_RHO_START, self.bias_tol)
-            self.kernel.set_rho(AUTO_RHO_START)
+        # rho="auto": set at the chain's first step (_start_chain)
+        self.rho_tuner = None
+        self.rho_check = None
 
     def _check_data_unchanged(self):
-        for var, digest in self._data_fingerprints:
-            if _digest(var.get_value(borrow=True)) != digest:
+        for observed, var, digest in self._data_fingerprints:
+            if isinstance(var, SharedVariable):
+                if _digest(var.get_value(borrow=True)) != digest:
+                    raise ValueError(
+                        f"the data container {var.name!r} changed (pm.set_data) after "
+                        "SplitGibbs was built; SplitGibbs reads the design and the data when "
+                        "it is constructed. Construct a new SplitGibbs after pm.set_data."
+                    )
+            elif _digest(var.data) != digest:
                 raise ValueError(
-                    f"the data container {var.name!r} changed (pm.set_data) after SplitGibbs was "
-                    "built; SplitGibbs reads the design and the data when it is constructed. "
-                    "Construct a new SplitGibbs after pm.set_data."
-                )
-        for name, A, digest in self._design_fingerprints:
-            if _digest(A) != digest:
-                raise ValueError(
-                    f"the design matrix of observed variable {name!r} was modified in place "
-                    "after SplitGibbs was built; SplitGibbs uses the model's own array and "
-                    "reads the design when it is constructed. Construct a new SplitGibbs after "
-                    "changing the data (or build the model from a copy of it)."
+                    f"an array of observed variable {observed!r} (shape {var.data.shape}, "
+                    f"{var.data.dtype}: its design, a predictor, an offset or the data) was "
+                    "modified in place after SplitGibbs was built; the model holds that array "
+                    "itself, while SplitGibbs read it when it was constructed. Construct a "
+                    "new SplitGibbs after changing the data (or build the model from a copy)."
                 )
 
     #: draws after tuning at which the acceptance rates are checked
@@ -648,7 +778,8 @@ class SplitGibbs(BlockedStep):
     def _fresh_feedback() -> dict:
         """Per-chain counters: post-tuning draws and sweeps, all iterations, acceptance sums."""
         return {"draws": 0, "z_accept": 0.0, "exact_accept": 0.0, "warned": False,
-                "iterations": 0, "swept": 0}
+                "iterations": 0, "swept": 0, "tune_draws": 0, "next_weight": 0,
+                "shift_accept": 0.0, "shift_draws": 0}
 
     def _check_health(self, stats):
         """Warn once per chain when the acceptance rates say the settings are poor."""
@@ -659,55 +790,95 @@ class SplitGibbs(BlockedStep):
             fb["z_accept"] += stats["z_accept"]
         if np.isfinite(stats["exact_accept"]):
             fb["exact_accept"] += stats["exact_accept"]
+        if np.isfinite(stats["shift_accept"]):
+            fb["shift_accept"] += stats["shift_accept"]
+            fb["shift_draws"] += 1
         if fb["warned"] or fb["draws"] != self.HEALTH_CHECK_DRAW:
             return
         fb["warned"] = True
         z_acc = fb["z_accept"] / max(fb["swept"], 1)
         if z_acc < 0.5:
-            warnings.warn(
+            _warn_user(
                 f"SplitGibbs: mean acceptance of the over-relaxed z-moves is {z_acc:.2f} "
                 "(< 0.5): the Laplace approximation of z | theta is poor for these data. Use "
                 "a smaller rho, or alpha=0 (exact z-draws by rejection).",
-                SamplerFeedbackWarning,
-                stacklevel=2,
             )
+        if fb["shift_draws"]:
+            shift_acc = fb["shift_accept"] / fb["shift_draws"]
+            if shift_acc < SHIFT_ACCEPT_WARN:
+                _warn_user(
+                    f"SplitGibbs: mean acceptance of the shift move is {shift_acc:.2f} "
+                    f"(< {SHIFT_ACCEPT_WARN}): the Laplace approximation of the posterior is "
+                    "poor here, so the chain mixes slowly. Check the ESS; sweep_every=1 "
+                    "sweeps on every draw, or NUTS (nutpie) may be faster for this model.",
+                )
         if self.exact:
             ex_acc = fb["exact_accept"] / fb["draws"]
             if ex_acc < 0.1:
-                warnings.warn(
+                _warn_user(
                     f"SplitGibbs(exact=True): mean acceptance of the pi-correction is "
                     f"{ex_acc:.2f} (< 0.1), so the chain rarely moves. Use a smaller rho (or "
                     "rho='auto'), or fewer exact_sweeps.",
-                    SamplerFeedbackWarning,
-                    stacklevel=2,
                 )
 
     def _sweep_stride(self) -> int:
         """Draws per sweep now: ``sweep_every``, or for ``"auto"`` :data:`AUTO_SWEEP_EVERY`
-        once the shift move has been accepted at least half the time over a tuning window
-        (frozen with the move's tuning), else 1."""
-        move = self.shift_move
-        if move is None or self.exact:
+        after a tuning of at least :data:`MIN_TUNE_FOR_THINNING` draws on a model whose
+        hyperparameters stay where the shift move's Laplace approximation was made, else 1.
+
+        The rule reads nothing random, so every chain of a run has the same schedule (a rule on
+        the measured acceptance put one chain at stride 4 and another at 1 on the same data).
+        """
+        if self.shift_move is None or self.exact:
             return 1
         if self.sweep_every != "auto":
             return self.sweep_every
-        acc = move.window_accept
-        return AUTO_SWEEP_EVERY if acc is not None and acc >= 0.5 else 1
+        if (self.tune or self.feedback["tune_draws"] < MIN_TUNE_FOR_THINNING
+                or not self._thinning_helps):
+            return 1
+        return AUTO_SWEEP_EVERY
 
     def stop_tuning(self):
-        """End of tuning: freeze rho (rho='auto')."""
+        """End of tuning: freeze rho (rho='auto') and check its bias certificate."""
         if self.tune and self.rho_tuner is not None:
             if self.rho_tuner.n_windows < 4:
-                warnings.warn(
+                _warn_user(
                     f"SplitGibbs: rho='auto' adapted over only {self.rho_tuner.n_windows} "
                     "window(s) of tuning draws, too few to certify the bias; increase tune "
                     "(500 or more), or pass a fixed rho.",
-                    SamplerFeedbackWarning,
-                    stacklevel=2,
                 )
             self.kernel.set_rho(self.rho_tuner.finish())
             self.log_weight, self.atz = float("nan"), None
+        if self.tune and self.rho_check is not None:
+            self._check_rho_certificate()
+        if self.shift_move is not None:
+            self.shift_move.freeze()
         self.tune = False
+
+    def _check_rho_certificate(self):
+        """Warn when the tuning draws' weights say rho="auto" misses ``bias_tol``.
+
+        rho="auto" comes from the Laplace approximation of ``Var(log w)``; the chain's own
+        log weights (the last 80% of the tuning draws, past the burn-in) estimate the same
+        variance without that approximation.
+        """
+        lw = np.asarray(self.rho_check[len(self.rho_check) // 5:])
+        self.rho_check = None
+        if lw.size < RHO_CHECK_MIN_DRAWS:
+            _warn_user(
+                f"SplitGibbs: only {lw.size} tuning draws had importance weights, too few to "
+                f"check the bias certificate of rho={float(self.kernel.rho):.4g}; increase "
+                "tune (500 or more).",
+            )
+            return
+        sd_w = float(np.sqrt(np.expm1(np.var(lw, ddof=1))))
+        if sd_w > RHO_CHECK_FACTOR * self.bias_tol:
+            _warn_user(
+                f"SplitGibbs: at rho={float(self.kernel.rho):.4g} (rho='auto', from the Laplace "
+                f"approximation) the tuning draws' importance weights have sd(w/E w) = "
+                f"{sd_w:.3f}, above bias_tol={self.bias_tol:g}: the bias is not certified. "
+                "psis_summary(idata) removes it; or pass a smaller fixed rho (e.g. half).",
+            )
 
     @staticmethod
     def competence(var, has_grad):
@@ -715,6 +886,26 @@ class SplitGibbs(BlockedStep):
         if var.dtype in pm.discrete_types:
             return Competence.INCOMPATIBLE
         return Competence.COMPATIBLE
+
+
+def _warn_user(message: str, category=None) -> None:
+    """``warnings.warn`` attributed to the first frame outside pymc_sgs, PyMC and PyTensor.
+
+    A fixed ``stacklevel`` points into ``pymc/sampling/mcmc.py``, whose depth depends on how
+    the chain runs; the user's own line (their ``pm.sample`` call) is what a reader needs.
+    """
+    import sys
+
+    skip = ("pymc_sgs", "pymc", "pytensor", "bambi", "arviz")
+    frame, level = sys._getframe(1), 1
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.split(".")[0] not in skip:
+            break
+        frame, level = frame.f_back, level + 1
+    if frame is None:
+        level = 2
+    warnings.warn(message, category or SamplerFeedbackWarning, stacklevel=level + 1)
 
 
 def _validate_sweep_every(sweep_every, without_shift: str | None):
@@ -855,6 +1046,21 @@ def _check_split_args(split, n_shards, rho, alpha, exact):
         )
 
 
+def _check_proper(detected) -> None:
+    """``ValueError`` when Flat-prior coefficients leave the posterior improper."""
+    problem = detected.problem
+    flat = np.asarray(problem.prior_precision).diagonal() == 0
+    for p, _, _ in detected.prior_sources:  # hierarchical Normal priors: proper
+        flat[p.start:p.stop] = False
+    if not flat.any():
+        return
+    labels = []
+    for p in problem.params:
+        labels += [p.name] if p.shape == () else [
+            f"{p.name}[{', '.join(map(str, ix))}]" for ix in np.ndindex(*p.shape)]
+    check_proper(problem, flat, labels)
+
+
 def _digest(value):
     """Cheap fingerprint of an array: shape, dtype, sum and a strided sample."""
     arr = np.asarray(value)
@@ -865,13 +1071,28 @@ def _digest(value):
 
 
 def _data_fingerprints(model):
-    """Fingerprints of the pm.Data containers the observed terms depend on."""
-    from pytensor.compile.sharedvalue import SharedVariable
+    """``(observed name, variable, fingerprint)`` of the data the observed terms read.
+
+    Every ``pm.Data`` container and every array constant (size > 1) among the ancestors of
+    an observed variable and of its data: PyMC keeps the user's own array in a constant when
+    it needs no conversion, so an in-place write would change the model behind the step.
+    """
+    from pytensor.graph.basic import Constant
     from pytensor.graph.traversal import ancestors
 
-    graphs = list(model.observed_RVs) + [model.rvs_to_values[rv] for rv in model.observed_RVs]
-    out = []
-    for var in ancestors(graphs):
-        if isinstance(var, SharedVariable) and isinstance(var.get_value(borrow=True), np.ndarray):
-            out.append((var, _digest(var.get_value(borrow=True))))
+    out, seen = [], set()
+    for rv in model.observed_RVs:
+        for var in ancestors([rv, model.rvs_to_values[rv]]):
+            if id(var) in seen:
+                continue
+            if isinstance(var, SharedVariable) and isinstance(var.get_value(borrow=True),
+                                                               np.ndarray):
+                value = var.get_value(borrow=True)
+            elif isinstance(var, Constant) and isinstance(var.data, np.ndarray) \
+                    and var.data.size > 1:
+                value = var.data
+            else:
+                continue
+            seen.add(id(var))
+            out.append((rv.name, var, _digest(value)))
     return out

@@ -166,7 +166,6 @@ class CategoricalSplitGibbs(SplitGibbs):
         self._free_sigma = False
         self._data_fingerprints = _data_fingerprints(model)
         # detect_categorical builds its own design (a copy), which nothing else writes to
-        self._design_fingerprints = []
         self._check_data = True
         start_rho = AUTO_RHO_START if self.auto_rho else float(np.asarray(rho, dtype=float))
         det = self.detected
@@ -251,6 +250,9 @@ class CategoricalSplitGibbs(SplitGibbs):
 
     def _reset_chain_state(self):
         self.z = None
+        # no shift move and no Laplace rho here: the windowed tuner adapts rho on each chain
+        self.shift_move = None
+        self.rho_check = None
         self.log_weight = float("nan")
         self.feedback = self._fresh_feedback()
         if self.rho_tuner is not None:
