@@ -430,6 +430,8 @@ class SplitGibbs(BlockedStep):
         self.vars = [model[name] for name in self.detected.value_var_names]
         self.vars = [model.rvs_to_values.get(v, v) for v in self.vars]
         self._nuisance_names = [name for name, _ in self.detected.nuisance_vars]
+        # for messages: the model's names of value variables (alpha, not alpha_log__)
+        self._rv_names = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
         by_name = {v.name: v for v in model.value_vars}
         self.vars += [by_name[name] for name in self._nuisance_names]
         # free AsymmetricLaplace rates are updated here too (pymc_sgs.free_rate)
@@ -473,18 +475,39 @@ class SplitGibbs(BlockedStep):
 
     def __repr__(self) -> str:
         p = self.detected.problem
-        fams = ", ".join(f"{t.name}: {t.family!r}" for t in p.split_terms)
+        # a likelihood parameter the step samples has no value to show, only its variable
+        free = {}
+        for index, key, _, names in self.detected.nuisance_sources:
+            free.setdefault(index, {})[key] = ", ".join(self._rv_names.get(n, n) for n in names)
+        terms = []
+        for i, t in enumerate(p.split_terms):
+            fam = t.family
+            params = "".join(
+                f", {k}={free[i][k]}" if k in free.get(i, {}) else f", {k}={v:.4g}"
+                for k, v in getattr(fam, "params", {}).items()
+            )
+            terms.append(f"{t.name}: {fam.name}({fam.link}{params})"
+                         if hasattr(fam, "params") else f"{t.name}: {fam!r}")
         gauss = ", ".join(t.name for t in p.gaussian_terms)
-        rho = self.kernel.rho
-        rho_s = f"{float(rho):.4g}" if rho.ndim == 0 else f"per-row [{rho.min():.3g}, {rho.max():.3g}]"
         return (
             # a back end given the full data knows more rows than the model's head
             f"SplitGibbs(vars={self.detected.value_var_names}, d={p.d}, "
             f"n_split={getattr(self.kernel, 'n', p.n_split)}, "
-            f"split=[{fams}], gaussian=[{gauss}], rho={rho_s}, backend={self.backend.describe()}"
-            + (f", nuisance={self._nuisance_names}" if self._nuisance_names else "")
+            f"split=[{', '.join(terms)}], gaussian=[{gauss}]"
+            + (f", rho={self._rho_repr()}" if p.n_split else "")
+            + f", backend={self.backend.describe()}"
+            + (f", nuisance={[self._rv_names.get(n, n) for n in self._nuisance_names]}"
+               if self._nuisance_names else "")
             + ")"
         )
+
+    def _rho_repr(self) -> str:
+        if self.auto_rho and self._auto_rho_value is None:
+            return "'auto'"
+        rho = np.asarray(self.kernel.rho)
+        if rho.ndim:
+            return f"per-row [{rho.min():.3g}, {rho.max():.3g}]"
+        return f"{float(rho):.4g}" + (" (auto)" if self.auto_rho else "")
 
     # ------------------------------------------------------------------ mapping
     def _theta_from_point(self, point) -> np.ndarray:

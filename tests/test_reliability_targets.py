@@ -342,3 +342,27 @@ def test_feedback_warnings_point_at_the_users_line():
     ours = [w for w in caught if issubclass(w.category, pymc_sgs.SamplerFeedbackWarning)]
     assert ours, "expected the short-tuning warning"
     assert all(w.filename == __file__ for w in ours), [w.filename for w in ours]
+
+
+def test_repr_shows_what_is_known_not_starting_values():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(100, 2)), rng.poisson(2, size=100)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        alpha = pm.Exponential("alpha", 1)
+        pm.NegativeBinomial("y", mu=pm.math.exp(X @ b), alpha=alpha, observed=y)
+        text = repr(pymc_sgs.SplitGibbs())
+    # the free alpha by its name (its initial value 1 is no property of the model), and rho
+    # before any chain has set it
+    assert "negativebinomial(log, alpha=alpha)" in text and "rho='auto'" in text, text
+    assert "nuisance=['alpha']" in text, text
+    with pm.Model():
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Normal("y", mu=X @ b, sigma=1.0, observed=y)
+        text = repr(pymc_sgs.SplitGibbs())
+    assert "rho" not in text, text  # nothing is split
+    model = _logistic(n=200)
+    with model:
+        step = pymc_sgs.SplitGibbs()
+    _sample(model, step, draws=10, tune=150, chains=1, cores=1)
+    assert f"rho={float(step.kernel.rho):.4g} (auto)" in repr(step), repr(step)
