@@ -21,7 +21,7 @@ from ..shift import curvature_sum, mean_offset_rhs, split_potential_change
 from ..start import kernel_neg_log_posterior
 from ..weights import N_NODES
 
-__all__ = ["ShardWorker", "split_rows", "shard_problem_from_arrays"]
+__all__ = ["ShardWorker", "split_rows", "row_shard", "shard_problem_from_arrays"]
 
 
 def split_rows(problem: SplitProblem, n_shards: int) -> list:
@@ -32,21 +32,25 @@ def split_rows(problem: SplitProblem, n_shards: int) -> list:
     row counts and ``n_shards``. Gaussian terms and the prior stay with the
     caller: they enter the theta-step, which is not distributed.
     """
-    shards = [[] for _ in range(n_shards)]
+    return [row_shard(problem, n_shards, k) for k in range(n_shards)]
+
+
+def row_shard(problem: SplitProblem, n_shards: int, k: int) -> SplitProblem:
+    """Shard ``k`` of :func:`split_rows` alone (to send a lost shard's rows again)."""
+    terms = []
     for term in problem.split_terms:
         bounds = np.linspace(0, term.n, n_shards + 1).round().astype(int)
-        for k in range(n_shards):
-            sl = slice(bounds[k], bounds[k + 1])
-            trials = None if term.trials is None else np.broadcast_to(term.trials, (term.n,))[sl]
-            shards[k].append(
-                SplitTerm(
-                    name=term.name, family=term.family, A=np.ascontiguousarray(term.A[sl]),
-                    offset=np.ascontiguousarray(np.broadcast_to(term.offset, (term.n,))[sl]),
-                    y=np.ascontiguousarray(term.y[sl]),
-                    trials=None if trials is None else np.ascontiguousarray(trials),
-                )
+        sl = slice(bounds[k], bounds[k + 1])
+        trials = None if term.trials is None else np.broadcast_to(term.trials, (term.n,))[sl]
+        terms.append(
+            SplitTerm(
+                name=term.name, family=term.family, A=np.ascontiguousarray(term.A[sl]),
+                offset=np.ascontiguousarray(np.broadcast_to(term.offset, (term.n,))[sl]),
+                y=np.ascontiguousarray(term.y[sl]),
+                trials=None if trials is None else np.ascontiguousarray(trials),
             )
-    return [_rows_only_problem(terms, problem.d) for terms in shards]
+        )
+    return _rows_only_problem(terms, problem.d)
 
 
 def shard_problem_from_arrays(name, family, d, X, y, offset=None, trials=None) -> SplitProblem:
@@ -160,12 +164,18 @@ class ShardWorker:
     def start(self, seed_seq, theta, rho):
         """New chain: own Generator from ``seed_seq``, z drawn exactly from ``z | theta``.
 
-        Returns the shard's ``A^T ((z - o) / rho^2)``.
+        Also how a lost shard is rebuilt in a running chain (see
+        :class:`~pymc_sgs.backends.ShardedKernel`). Returns the shard's
+        ``A^T ((z - o) / rho^2)``.
         """
         self.rng = np.random.default_rng(seed_seq)
         self._set_rho(rho)
         state = self.kernel.init(theta, self.rng)
-        self.z, self.z_mode, self._saved = state.z, state.z_mode, None
+        # restore() right after a start keeps the drawn z: a rebuilt shard has no older z to
+        # go back to, and its fresh draw given theta is what a rejected proposal returns to
+        self.z, self.z_mode = state.z, state.z_mode
+        self._saved = (self.z, self.z_mode)
+        self._shift_pending = None
         return state.atz
 
     def split_rhs(self, rho):

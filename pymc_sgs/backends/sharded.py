@@ -14,27 +14,84 @@ use the step's Generator; each shard has its own Generator, seeded at the
 chain's start from numbers drawn from the step's Generator. The same seed
 therefore gives the same draws whatever carries the shards (in-process or
 Dask workers), for the same number of shards.
+
+Lost shards: a transport that can lose a shard (a Dask worker dies) reports it
+with :class:`ShardsUnreachable` and can rebuild it elsewhere from its data
+(``transport.replace(k)``). The kernel then draws the rebuilt shard's z afresh
+from ``z_shard | theta`` at the chain's current theta. The rows of z are
+conditionally independent given theta under the split model ``Pi_rho``, so
+replacing one block by an exact draw from its full conditional is a Gibbs update
+of that block: ``Pi_rho`` (and, in exact mode, ``pi(theta) Pi_rho(z | theta)``)
+stays invariant and the chain goes on with the same target. Where that is not
+possible (no client, no worker, the rows cannot be sent again, or a family
+whose z cannot be drawn exactly) the kernel stops the run with
+:class:`SamplingStopped`, which ``pm.sample`` treats as an interrupt: it returns
+the draws made so far.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import warnings
 from typing import NamedTuple
 
 import numpy as np
 
 from ..conditionals import GaussianThetaConditional
 from ..kernel import SGSInfo, SGSState, exact_proposal, mh_accept, validate_alpha
+from ..nonsmooth import PiecewiseLinearFamily
 from ..shift import ShiftMove, mean_offset_from_rhs
 from ..start import kernel_neg_log_posterior
 from ..weights import N_NODES
 
-__all__ = ["ShardedKernel", "ShardedZ", "ShardLostError", "ReducedThetaConditional",
-           "ShardedShiftMove"]
+__all__ = ["ShardedKernel", "ShardedZ", "ShardLostError", "ShardLostWarning", "SamplingStopped",
+           "ShardsUnreachable", "ReducedThetaConditional", "ShardedShiftMove"]
 
 
 class ShardLostError(RuntimeError):
-    """A shard's z-state is gone (its worker died); the chain cannot continue correctly."""
+    """Shards cannot be reached or rebuilt before anything was sampled (nothing to keep)."""
+
+
+class ShardLostWarning(UserWarning):
+    """A shard was lost: it was rebuilt and sampling goes on, or sampling stops here."""
+
+
+class SamplingStopped(KeyboardInterrupt):
+    """Stops ``pm.sample`` after a shard was lost for good, keeping the draws made so far.
+
+    PyMC's sequential sampler ends a chain on a ``KeyboardInterrupt``, closes its
+    trace and returns what was recorded (the chains that maximise chains x shortest
+    length, tuning draws dropped as usual); the following chains stop at once.
+    A :class:`ShardLostWarning` before it says what was lost and how many draws were kept.
+    """
+
+
+class ShardsUnreachable(ShardLostError):
+    """What a transport raises when shards do not answer (the kernel handles it).
+
+    Parameters
+    ----------
+    message : str
+        What happened.
+    results : list, optional
+        The call's results in the order of the shards called, None where lost.
+    lost : dict, optional
+        ``{shard index: what happened to it}``.
+    fatal : str, optional
+        Why nothing can be rebuilt (e.g. the client was closed); None when the lost
+        shards may be rebuilt with ``transport.replace``.
+    """
+
+    def __init__(self, message, results=None, lost=None, fatal=None):
+        super().__init__(message)
+        self.results = list(results or [])
+        self.lost = dict(lost or {})
+        self.fatal = fatal
+
+
+class _MoveAborted(Exception):
+    """A shard was lost inside a move that cannot finish: the move is not made."""
 
 
 class ShardedZ(NamedTuple):
@@ -87,16 +144,42 @@ class ShardedKernel:
     transport : object
         Runs a method on every shard: ``transport.call(name, args_per_shard)``
         returns the results in shard order; ``transport.summaries()`` gives
-        every shard's ``(n_rows, A^T A)``.
+        every shard's ``(n_rows, A^T A)``. A transport that can lose shards
+        raises :class:`ShardsUnreachable` from ``call`` and offers
+        ``call(name, args, shards=[k, ...])`` (some shards only) and
+        ``replace(k)`` (rebuild shard ``k`` from its data, returning where; raises
+        :class:`ShardsUnreachable` with ``fatal`` set when it cannot).
     rho : float
         Scalar coupling.
     alpha, log_weights
         As for :class:`~pymc_sgs.kernel.SplitGibbsKernel`.
+
+    Notes
+    -----
+    A lost shard is rebuilt and its z drawn from ``z_shard | theta`` at the chain's
+    current theta (see the module docstring for why the target is kept). What
+    "current" means depends on where the loss is seen:
+
+    - a sweep: the theta the z-block is being updated at (the theta just drawn,
+      given the z from before the loss), after which the interrupted call is
+      repeated on the rebuilt shard;
+    - an exact-mode step or a shift move: the move is dropped and the chain stays
+      at its theta (the other shards go back to their checkpoint in exact mode);
+      the lost shard's z is drawn there;
+    - a commit of an accepted shift move waiting for the next call
+      (:meth:`_defer`): the surviving shards have run it with that call, the
+      rebuilt shard's z is drawn at the accepted theta, so the commit is neither
+      applied twice nor half-applied.
+
+    The ``A^T z`` of a state is recomputed where it depended on the lost z (or set
+    to None, which makes the next sweep ask the shards).
     """
 
     _ids = itertools.count()
     #: the theta-step factorises a d x d precision (what the Laplace start needs)
     theta_solver = "cholesky"
+    #: rebuild rounds for the shards lost in one call (a rebuilt shard can be lost again)
+    MAX_REBUILDS = 3
 
     def __init__(self, problem, transport, rho, alpha: float = 0.0, log_weights: bool = False,
                  n_nodes: int = N_NODES):
@@ -123,6 +206,25 @@ class ShardedKernel:
         self._handle = None
         # calls whose results are not needed, sent with the next call (one round trip)
         self._deferred = []
+        # --- for rebuilding lost shards
+        # theta of the chain's current state (None: no chain yet, nothing to redraw)
+        self._theta = None
+        # the chain's seed sequence: rebuilt shards get Generators spawned from it
+        self._seeds = None
+        # inside an exact step or a shift move a loss drops the move (_MoveAborted)
+        self._abort_on_loss = False
+        # times a lost shard's z was redrawn (a state's A^T z from before is stale)
+        self.regenerations = 0
+        # rows whose z | theta has no exact sampler (non-log-concave: moved by MH) cannot
+        # be redrawn exactly, so losing them ends the run instead
+        self._redrawable = all(
+            isinstance(t.family, PiecewiseLinearFamily) or t.family.log_concave
+            for t in problem.split_terms
+        )
+        # draws started (this chain, since construction) and which calls count them
+        self._chain_draws = self._total_draws = 0
+        self._draw_kind = None
+        self._in_draw = False
 
     @property
     def families(self):
@@ -135,6 +237,8 @@ class ShardedKernel:
         The prior and the Gaussian terms here; each shard adds its split rows
         (:meth:`ShardWorker.laplace_terms`), summed in shard order.
         """
+        # asked for at the start of a chain (Laplace start), before init
+        self._begin_chain()
         local = kernel_neg_log_posterior(self, include_split=False)
 
         def f(theta, need_derivatives=True):
@@ -171,9 +275,10 @@ class ShardedKernel:
         self.theta_conditional.set_sigmas(sigmas)
 
     # ----------------------------------------------------------------- state
-    def _new_handle(self) -> ShardedZ:
+    def _new_handle(self, theta) -> ShardedZ:
         self._generation += 1
         self._handle = ShardedZ(self._id, self._generation)
+        self._theta = theta
         return self._handle
 
     def _check_handle(self, state: SGSState) -> None:
@@ -186,46 +291,172 @@ class ShardedKernel:
     def _rho(self) -> float:
         return float(self.rho)
 
+    def _begin_chain(self) -> None:
+        self._chain_draws = 0
+        self._draw_kind = None
+        self._in_draw = False
+
+    def _begin_draw(self, kind: str) -> None:
+        """Count draws for the message of a stopped run: one per shift-move run, or per
+        sweep when the chain makes no shift move (the first kind seen in the chain)."""
+        if self._draw_kind is None:
+            self._draw_kind = kind
+        if kind == self._draw_kind:
+            self._chain_draws += 1
+            self._total_draws += 1
+            self._in_draw = True
+
     def init(self, theta, rng: np.random.Generator | None = None) -> SGSState:
         """Start a chain: seed every shard from ``rng`` and draw its z from ``z | theta``."""
         if rng is None:
             raise ValueError("a sharded kernel needs the chain's Generator to seed its shards.")
+        self._begin_chain()
         theta = np.asarray(theta, dtype=float).copy()
         entropy = rng.integers(0, 2**63, size=4)
-        seeds = np.random.SeedSequence(entropy).spawn(self.n_shards)
+        self._seeds = np.random.SeedSequence(entropy)
+        seeds = self._seeds.spawn(self.n_shards)
+        # a shard lost here is started again with its own seed: the same draws as without
+        # the loss
+        self._theta = None
         parts = self._call("start", [(s, theta, self._rho()) for s in seeds])
-        handle = self._new_handle()
+        handle = self._new_handle(theta)
         return SGSState(theta=theta, z=handle, z_mode=handle, atz=np.sum(parts, axis=0))
 
-    def _call(self, name, args_per_shard):
+    def _call(self, name, args_per_shard, at=None):
+        """``name`` on every shard; lost shards are rebuilt (their z redrawn at ``at``, by
+        default the current state's theta) and the call repeated on them."""
+        args_per_shard = list(args_per_shard)
         if not self._deferred:
-            return self.transport.call(name, args_per_shard)
-        # the deferred calls ride along: every shard runs them, then this one
-        deferred, self._deferred = self._deferred, []
-        return self.transport.call(
-            "batch", [(deferred + [(name, args)],) for args in args_per_shard]
-        )
+            wire = (name, args_per_shard)
+        else:
+            # the deferred calls ride along: every shard runs them, then this one
+            deferred, self._deferred = self._deferred, []
+            wire = ("batch", [(deferred + [(name, args)],) for args in args_per_shard])
+        try:
+            return self.transport.call(*wire)
+        except ShardsUnreachable as err:
+            return self._rebuild(err, name, args_per_shard, at)
 
-    def _broadcast(self, name, *args):
-        return self._call(name, [args] * self.n_shards)
+    def _broadcast(self, name, *args, at=None):
+        return self._call(name, [args] * self.n_shards, at=at)
 
     def _defer(self, name, *args):
         """Queue ``name(*args)`` on every shard, to run before the next call's method.
 
         For calls whose results the client does not need (committing an accepted shift
-        move): they cost no round trip of their own.
+        move): they cost no round trip of their own. Should the next call lose a shard,
+        the survivors have run the queued calls and the rebuilt shard's z is drawn at
+        the state they lead to, so nothing is run twice.
         """
         self._deferred.append((name, args))
 
+    # ----------------------------------------------------------- lost shards
+    def _rebuild(self, err, name, args_per_shard, at):
+        """Rebuild the shards lost in a call to ``name``; the call's results with theirs."""
+        results = list(err.results)
+        todo = sorted(err.lost)
+        lost = dict(err.lost)
+        to_replace = list(todo)
+        for _ in range(self.MAX_REBUILDS):
+            if err.fatal is not None:
+                self._stop(err.fatal, lost, rebuildable=False)
+            # before a chain has started there is no z to redraw; a call to start is itself
+            # the (re)start of the shard
+            redraw = self._theta is not None and name != "start"
+            if redraw and not self._redrawable:
+                self._stop(
+                    "its z cannot be redrawn exactly (a likelihood that is not log-concave, "
+                    "whose z moves by Metropolis-Hastings), and a z that is not a draw from "
+                    "z | theta would bias the chain", lost)
+            places = {}
+            for k in to_replace:
+                try:
+                    places[k] = self.transport.replace(k)
+                except ShardsUnreachable as why:
+                    self._stop(why.fatal or str(why), {j: lost[j] for j in todo})
+            try:
+                if redraw:
+                    theta = self._theta if at is None else at
+                    seeds = self._seeds.spawn(len(todo))
+                    self.transport.call("start", [(s, theta, self._rho()) for s in seeds],
+                                        shards=todo)
+                    self.regenerations += 1
+                self._warn_rebuilt({k: lost[k] for k in to_replace}, places, redraw)
+                if self._abort_on_loss:
+                    raise _MoveAborted
+                redo = self.transport.call(name, [args_per_shard[k] for k in todo], shards=todo)
+            except ShardsUnreachable as again:
+                err = again
+                lost.update(again.lost)
+                to_replace = sorted(again.lost)
+                continue
+            for k, r in zip(todo, redo):
+                results[k] = r
+            return results
+        self._stop(f"the rebuilt shards were lost again {self.MAX_REBUILDS} times", lost,
+                   rebuildable=False)
+
+    def _warn_rebuilt(self, lost, places, redrawn) -> None:
+        what = (
+            "its z redrawn from z | theta at the chain's current theta, an exact Gibbs update "
+            "of that block, so the chain keeps its target" if redrawn
+            else "no chain had started, so nothing else changes"
+        )
+        for k in sorted(lost):
+            warnings.warn(
+                f"SplitGibbs: shard {k} ({lost[k]}) was lost; it was rebuilt on {places[k]} from "
+                f"its rows, with {what}. Sampling continues.",
+                ShardLostWarning,
+                stacklevel=4,
+            )
+
+    def _stop(self, reason, lost, rebuildable=True):
+        """End the run: ShardLostError before any draw, else warn and stop ``pm.sample``."""
+        if rebuildable:
+            where = ", ".join(f"shard {k} ({lost[k]})" for k in sorted(lost))
+            what = (f"SplitGibbs lost {where}; {'it' if len(lost) == 1 else 'they'} cannot be "
+                    f"rebuilt: {reason}.")
+        else:
+            what = f"SplitGibbs cannot reach its shards: {reason}."
+        fix = ("To go on, construct a new SplitGibbs with a new DaskBackend on a working "
+               "client and cluster, and sample again.")
+        chain = self._chain_draws - self._in_draw
+        if self._total_draws - self._in_draw <= 0:
+            raise ShardLostError(f"{what} Nothing had been sampled yet. {fix}")
+        if chain > 0:
+            kept = (f"pm.sample returns the {chain} draws of this chain made so far (tuning "
+                    "draws are counted here and dropped by pm.sample as usual) and the chains "
+                    "before it, as after an interrupt")
+        else:
+            kept = "this chain has no draws; pm.sample returns the chains before it"
+        warnings.warn(f"{what} Sampling stops here, keeping what was sampled: {kept}. {fix}",
+                      ShardLostWarning, stacklevel=4)
+        raise SamplingStopped(what)
+
+    @contextlib.contextmanager
+    def _dropping_moves(self):
+        previous, self._abort_on_loss = self._abort_on_loss, True
+        try:
+            yield
+        finally:
+            self._abort_on_loss = previous
+
+    def _dropped(self, state, log_weight):
+        """The state after a move dropped for a lost shard: same theta, the shard's z redrawn
+        there, ``A^T z`` unknown (the next sweep asks the shards)."""
+        handle = self._new_handle(state.theta)
+        return state._replace(z=handle, z_mode=handle, atz=None, log_weight=log_weight)
+
+    # ------------------------------------------------------------ z-block
     def _atz(self, state):
         if state.atz is not None:
             return state.atz
         return np.sum(self._broadcast("split_rhs", self._rho()), axis=0)
 
-    def log_weight(self, theta, keep_modes: bool = False) -> float:
+    def log_weight(self, theta, keep_modes: bool = False, at=None) -> float:
         """``log pi(theta) - log pi_rho(theta)`` up to a constant, summed over shards."""
         theta = np.asarray(theta, dtype=float)
-        return float(np.sum(self._broadcast("log_weight", theta, self._rho(), keep_modes)))
+        return float(np.sum(self._broadcast("log_weight", theta, self._rho(), keep_modes, at=at)))
 
     def _z_update(self, theta, checkpoint=False):
         """z-block update at theta: ``(atz, proposals_per_draw, accept_prob)``."""
@@ -241,6 +472,8 @@ class ShardedKernel:
     def sweep(self, state: SGSState, rng: np.random.Generator, weights: bool | None = None):
         """One Gibbs sweep, in the same order as :meth:`SplitGibbsKernel.sweep`."""
         self._check_handle(state)
+        self._begin_draw("sweep")
+        self._theta = state.theta
         log_weights = self.log_weights if weights is None else bool(weights)
         cond = self.theta_conditional
         if self.alpha == 0.0:
@@ -249,43 +482,71 @@ class ShardedKernel:
             theta = cond.sample_from_rhs(atz, rng)
             log_w = float("nan")
             if log_weights:
-                log_w = self.log_weight(theta, keep_modes=True)
+                redrawn = self.regenerations
+                # z was drawn given state.theta and theta given z: a lost shard's z is
+                # redrawn at the new theta, which makes its part of atz stale
+                log_w = self.log_weight(theta, keep_modes=True, at=theta)
+                if self.regenerations != redrawn:
+                    atz = None
                 info = info._replace(log_weight=log_w)
-            handle = self._new_handle()
+            handle = self._new_handle(theta)
             return SGSState(theta=theta, z=handle, z_mode=handle, log_weight=log_w, atz=atz), info
         theta = cond.sample_from_rhs(self._atz(state), rng, theta=state.theta, alpha=self.alpha)
-        parts = self._broadcast("z_pass", theta, self._rho(), log_weights)
+        # theta was drawn given the z from before any loss; the z-update is at the new theta,
+        # so a lost shard's z is redrawn there and its z-pass repeated (atz stays exact)
+        parts = self._broadcast("z_pass", theta, self._rho(), log_weights, at=theta)
         atz = np.sum([p[0] for p in parts], axis=0)
         acc = sum(p[1] for p in parts) / self.n
         log_w = float(sum(p[2] for p in parts)) if log_weights else float("nan")
         info = SGSInfo(z_proposals=0.0, z_accept=acc, log_weight=log_w)
-        handle = self._new_handle()
+        handle = self._new_handle(theta)
         return SGSState(theta=theta, z=handle, z_mode=handle, log_weight=log_w, atz=atz), info
 
     def exact_step(self, state: SGSState, rng: np.random.Generator, n_sweeps: int = 1):
         """MH step targeting pi, as :meth:`SplitGibbsKernel.exact_step`.
 
         The shards save their z before the proposal and go back to it when the
-        proposal is rejected.
+        proposal is rejected. A shard lost during the step drops the step: the others
+        go back to their saved z, the lost one's z is drawn at the current theta.
         """
         self._check_handle(state)
+        self._begin_draw("sweep")
+        self._theta = state.theta
         log_w0 = state.log_weight
-        if not np.isfinite(log_w0):
-            log_w0 = self.log_weight(state.theta)
-        theta, atz, props, accs = exact_proposal(
-            state.theta, self._atz(state),
-            lambda theta, k: self._z_update(theta, checkpoint=k == 0),
-            self.theta_conditional.sample_from_rhs, self.alpha, rng, n_sweeps,
-        )
-        log_w1 = self.log_weight(theta, keep_modes=True)
-        accept_prob, accepted = mh_accept(log_w0, log_w1, rng)
-        info = SGSInfo(z_proposals=props, z_accept=accs, exact_accept=accept_prob,
-                       log_weight=log_w1 if accepted else log_w0)
-        if accepted:
-            handle = self._new_handle()
-            return SGSState(theta=theta, z=handle, z_mode=handle, log_weight=log_w1, atz=atz), info
-        self._broadcast("restore")
-        return state._replace(log_weight=log_w0), info
+        checkpointed = False
+
+        def z_update(theta, k):
+            nonlocal checkpointed
+            checkpointed = checkpointed or k == 0
+            return self._z_update(theta, checkpoint=k == 0)
+
+        try:
+            with self._dropping_moves():
+                if not np.isfinite(log_w0):
+                    log_w0 = self.log_weight(state.theta)
+                theta, atz, props, accs = exact_proposal(
+                    state.theta, self._atz(state), z_update,
+                    self.theta_conditional.sample_from_rhs, self.alpha, rng, n_sweeps,
+                )
+                log_w1 = self.log_weight(theta, keep_modes=True)
+                accept_prob, accepted = mh_accept(log_w0, log_w1, rng)
+                info = SGSInfo(z_proposals=props, z_accept=accs, exact_accept=accept_prob,
+                               log_weight=log_w1 if accepted else log_w0)
+                if accepted:
+                    handle = self._new_handle(theta)
+                    return SGSState(theta=theta, z=handle, z_mode=handle, log_weight=log_w1,
+                                    atz=atz), info
+                self._broadcast("restore")
+                return state._replace(log_weight=log_w0), info
+        except _MoveAborted:
+            pass
+        if checkpointed:
+            # a loss in this call is handled by redrawing at state.theta: restore() right
+            # after a (re)start keeps that draw
+            self._broadcast("restore")
+        nan = float("nan")
+        return self._dropped(state, log_w0), SGSInfo(z_proposals=nan, z_accept=nan,
+                                                     log_weight=log_w0)
 
 
 def _scalar_rho(rho) -> np.ndarray:
@@ -308,7 +569,25 @@ class ShardedShiftMove(ShiftMove):
     returns its part of ``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]`` and keeps the moved
     z until the decision, and an accepted move is committed on every shard. The constants
     (mean curvature, first-order mean) are sums over the shards, computed once.
+
+    A shard lost during a move drops the move (acceptance 0, not recorded for tuning):
+    the proposal's centre was computed from the ``A^T z`` that included the lost z, so
+    finishing the move with a redrawn z would break its reversibility. The chain stays
+    at its theta with the lost shard's z drawn there (:class:`ShardedKernel`).
     """
+
+    def run(self, state, rng: np.random.Generator):
+        self.kernel._begin_draw("move")
+        return super().run(state, rng)
+
+    def step(self, state, rng: np.random.Generator):
+        kernel = self.kernel
+        kernel._theta = state.theta
+        try:
+            with kernel._dropping_moves():
+                return super().step(state, rng)
+        except _MoveAborted:
+            return kernel._dropped(state, state.log_weight), 0.0
 
     def _setup(self):
         if self._mean_curvature is None:
@@ -334,6 +613,6 @@ class ShardedShiftMove(ShiftMove):
         atz = None  # unknown (rho changed): the next sweep asks the shards again
         if state.atz is not None:
             atz = state.atz + self.kernel.theta_conditional.split_rhs_change(delta, None)
-        handle = self.kernel._new_handle()
+        handle = self.kernel._new_handle(prop)
         return state._replace(theta=prop, z=handle, z_mode=handle, log_weight=float("nan"),
                               atz=atz)
