@@ -9,9 +9,9 @@ predictor, so the conditional of ``b`` is::
 with ``b_i = b(phi)`` a function of one free scalar variable ``phi`` (``b = phi``,
 ``b = 1 / sigma``, ...). PyMC's own step methods would update ``phi`` given the linear
 predictor instead, which is the conditional of another joint, so ``SplitGibbs`` owns ``phi``
-and updates it by slice sampling (stepping out and shrinkage, Neal 2003) of the conditional
-above in ``phi``'s unconstrained value space, the prior log density (with the Jacobian of
-the transform) compiled by PyMC. This is an exact Gibbs update of ``Pi_rho``; together with
+and updates it by slice sampling (stepping out and shrinkage, Neal 2003;
+:func:`pymc_sgs.nuisance.slice_sample`) of the conditional above in ``phi``'s unconstrained
+value space, the prior log density (with the Jacobian of the transform) compiled by PyMC. This is an exact Gibbs update of ``Pi_rho``; together with
 the z- and theta-updates the chain targets ``Pi_rho(theta, z, phi)``, and the importance
 weights ``pi / pi_rho`` at the current ``b`` correct its theta- and phi-marginals as before.
 
@@ -26,35 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .nuisance import slice_sample
+
 __all__ = ["FreeRate", "slice_sample"]
-
-
-def slice_sample(log_f, x0: float, rng: np.random.Generator, width: float = 1.0,
-                 max_steps: int = 50) -> float:
-    """One univariate slice-sampling update of ``x0`` for the log density ``log_f``.
-
-    Stepping out with initial width ``width`` (at most ``max_steps`` steps each side), then
-    shrinkage; reversible for ``exp(log_f)``.
-    """
-    log_y = log_f(x0) - rng.standard_exponential()
-    left = x0 - width * rng.random()
-    right = left + width
-    j = int(rng.random() * max_steps)
-    k = max_steps - 1 - j
-    while j > 0 and log_f(left) > log_y:
-        left -= width
-        j -= 1
-    while k > 0 and log_f(right) > log_y:
-        right += width
-        k -= 1
-    while True:
-        x1 = left + (right - left) * rng.random()
-        if log_f(x1) > log_y:
-            return x1
-        if x1 < x0:
-            left = x1
-        else:
-            right = x1
 
 
 @dataclass
@@ -116,6 +90,6 @@ class FreeRate:
         """Slice-sample ``phi`` given the term's split variables ``z``: ``(value, rates)``."""
         r = self.check_losses(z)
         x0 = float(np.asarray(point[self.value_name], dtype=float).ravel()[0])
-        x1 = slice_sample(lambda x: self.log_conditional(x, point, r), x0, rng, self.width)
+        x1 = slice_sample(lambda x: self.log_conditional(x, point, r), x0, rng, self.width).x
         value = self._as_value(x1)
         return value, self.rates(value)

@@ -12,6 +12,9 @@ would target the wrong joint; SplitGibbs owns these parameters and updates
 each one by univariate slice sampling of this conditional, which leaves it
 invariant exactly. Pure numpy; the caller supplies the log density.
 
+:func:`slice_sample` is the package's one slice sampler: the free rate of an asymmetric
+Laplace likelihood (:mod:`pymc_sgs.free_rate`) is updated with it too.
+
 References
 ----------
 .. [1] R. M. Neal (2003). Slice sampling. Annals of Statistics 31(3), 705–767
@@ -20,11 +23,22 @@ References
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
-__all__ = ["slice_sample"]
+__all__ = ["SliceDraw", "slice_sample"]
+
+
+class SliceDraw(NamedTuple):
+    """One slice-sampling update (unpacks as ``x, log_density, n_evaluations``)."""
+
+    #: the new value
+    x: float
+    #: ``log_density(x)``
+    log_density: float
+    #: evaluations of the log density the update made
+    n_evaluations: int
 
 
 def slice_sample(
@@ -34,7 +48,7 @@ def slice_sample(
     width: float = 1.0,
     max_steps: int = 50,
     log_density_x0: float | None = None,
-):
+) -> SliceDraw:
     """One univariate slice-sampling update (stepping out, then shrinkage).
 
     Leaves the density ``exp(log_density)`` invariant (Neal 2003, section 4).
@@ -57,7 +71,12 @@ def slice_sample(
 
     Returns
     -------
-    (x, log_density(x), n_evaluations)
+    SliceDraw
+        ``(x, log_density(x), n_evaluations)``.
+
+    Random numbers, in this order: one standard exponential (the slice level), one uniform
+    (the interval's position), one uniform (the split of the stepping-out budget), then one
+    uniform per shrinkage proposal.
     """
     if not (np.isfinite(width) and width > 0):
         raise ValueError(f"width must be positive and finite; received {width!r}.")
@@ -90,10 +109,10 @@ def slice_sample(
         f1 = log_density(x1)
         n_eval += 1
         if f1 > level:
-            return x1, f1, n_eval
+            return SliceDraw(x1, f1, n_eval)
         if x1 < x0:
             left = x1
         else:
             right = x1
         if right - left < 1e-12 * (1.0 + abs(x0)):
-            return x0, f0, n_eval  # interval collapsed onto x0 (only with a discontinuous density)
+            return SliceDraw(x0, f0, n_eval)  # interval collapsed onto x0 (only with a discontinuous density)
