@@ -8,7 +8,9 @@ shard's data).
 """
 
 import os
+import shutil
 import signal
+import time
 
 import arviz as az
 import numpy as np
@@ -16,7 +18,7 @@ import pymc as pm
 import pytest
 
 import pymc_sgs
-from pymc_sgs.backends import LocalBackend, ShardedKernel, ShardLostError
+from pymc_sgs.backends import LocalBackend, ShardedKernel, ShardLostError, ShardLostWarning
 from pymc_sgs.backends.local import InProcessShards
 from pymc_sgs.backends.shard import ShardWorker, split_rows
 
@@ -282,26 +284,6 @@ def test_dask_step_is_not_sent_to_other_processes(client):
     cloudpickle.dumps(pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=LocalBackend(n_shards=2)))
 
 
-# ------------------------------------------------------------------ worker loss
-def test_killed_worker_raises_a_clear_error(client):
-    """Kept last in this file: it kills one of the module cluster's workers (the nanny
-    restarts it, empty)."""
-    model = _model(*_data())
-    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(client))
-    pids = client.run(os.getpid)
-    victim = pids[step.kernel.transport.workers[0]]
-    seen = []
-
-    def kill_at_draw_20(trace, draw):
-        seen.append(draw.draw_idx)
-        if draw.draw_idx == 20:
-            os.kill(victim, signal.SIGKILL)
-
-    with pytest.raises(ShardLostError, match=r"shard 0 .*worker probably died"):
-        _sample(model, step, draws=200, tune=0, callback=kill_at_draw_20)
-    assert 20 in seen and max(seen) < 199  # stopped right after the loss, not at the end
-
-
 # ----------------------------------------------------- Laplace start and shift move on shards
 def test_sharded_laplace_start_and_shift_move_match_one_process():
     """The Newton passes, the pilot rho, the shift move's constants and its potential change,
@@ -373,3 +355,146 @@ def test_shift_move_runs_on_shards():
         else:
             assert np.all(np.isnan(acc))
     assert ess[True] > 5 * ess[False], ess
+
+
+# ------------------------------------------------------------------ worker loss
+# Kept last in this file: these tests kill workers of the module's cluster (each nanny starts
+# an empty worker again; the fixture waits for it, so the cluster has two workers afterwards).
+@pytest.fixture
+def kill(client):
+    """``kill(worker)``: SIGKILL the worker's process, which dies without a word, as a lost
+    machine does."""
+    killed = []
+
+    def kill_worker(worker):
+        killed.append(worker)
+        os.kill(client.run(os.getpid, workers=[worker])[worker], signal.SIGKILL)
+
+    yield kill_worker
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = set(client.scheduler_info()["workers"])
+        if len(workers) == 2 and not workers & set(killed):
+            break
+        time.sleep(0.1)
+
+
+def _reference(model, draws, chains=1):
+    """The in-process run that the Dask run equals until a shard is lost."""
+    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=LocalBackend(n_shards=2))
+    return _sample(model, step, draws=draws, tune=0, chains=chains)
+
+
+def test_lost_worker_is_rebuilt_and_the_chain_continues(client, kill):
+    """The lost shard is rebuilt on a live worker from its data, its z redrawn from
+    z | theta, and every draw is kept."""
+    model = _model(*_data())
+    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(client))
+    victim = step.kernel.transport.workers[0]
+
+    def kill_at_draw_20(trace, draw):
+        if draw.draw_idx == 20:
+            kill(victim)
+
+    with pytest.warns(ShardLostWarning, match=r"shard 0 \(on worker .*rebuilt on worker .*z redrawn"):
+        idata = _sample(model, step, draws=60, tune=0, callback=kill_at_draw_20)
+    b = idata.posterior["b"].values[0]
+    ref = _reference(model, 60).posterior["b"].values[0]
+    assert b.shape == ref.shape and np.all(np.isfinite(b))
+    np.testing.assert_array_equal(b[:21], ref[:21])  # the same chain until the loss
+    assert not np.array_equal(b[21:], ref[21:])  # the rebuilt shard has a new Generator
+    assert step.kernel.transport.workers[0] != victim
+
+
+def test_worker_lost_before_the_first_draw_is_rebuilt(client, kill):
+    """Nothing was sampled yet, so the rebuilt shard restarts from its own seed and the
+    draws are those of a run without the loss."""
+    model = _model(*_data())
+    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(client))
+    kill(step.kernel.transport.workers[0])
+    with pytest.warns(ShardLostWarning, match=r"shard 0 .*rebuilt on worker"):
+        idata = _sample(model, step, draws=30, tune=0)
+    _same_draws(_reference(model, 30), idata)
+
+
+def test_closed_client_before_the_first_draw_raises_shard_lost_error(client):
+    """Without recovery and nothing to keep: a ShardLostError that names the cause."""
+    other = distributed.Client(client.scheduler.address)
+    model = _model(*_data())
+    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(other))
+    other.close()
+    with pytest.raises(ShardLostError, match=r"client was closed.*Nothing had been sampled"):
+        _sample(model, step, draws=10, tune=0)
+
+
+def test_closed_client_stops_promptly_and_keeps_the_draws(client):
+    """client.close() mid-run is named as such, at once; the draws made so far come back
+    from pm.sample (chain 0 up to the close; chain 1 stops before its first draw)."""
+    other = distributed.Client(client.scheduler.address)
+    model = _model(*_data())
+    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(other))
+    closed = []
+
+    def close_at_draw_20(trace, draw):
+        if draw.chain == 0 and draw.draw_idx == 20:
+            other.close()
+            closed.append(time.monotonic())
+
+    with pytest.warns(ShardLostWarning, match=r"client was closed.*21 draws of this chain") as rec:
+        idata = _sample(model, step, draws=200, tune=0, chains=2, callback=close_at_draw_20)
+    assert time.monotonic() - closed[0] < 10
+    assert not any("died" in str(w.message) for w in rec)
+    assert dict(idata.posterior.sizes) == {"chain": 1, "draw": 21, "b_dim_0": P}
+    ref = _reference(model, 21, chains=2)
+    np.testing.assert_array_equal(idata.posterior["b"].values[0], ref.posterior["b"].values[0])
+
+
+def test_lost_shard_whose_data_are_gone_stops_and_keeps_the_draws(client, kill, tmp_path):
+    """The shard's rows were read from files that no longer exist: sampling stops with the
+    draws made so far."""
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    pytest.importorskip("pyarrow")
+    X, y = _data()
+    frame = pd.DataFrame(X, columns=["x0", "x1", "x2"]).assign(one=1.0, y=y.astype(float))
+    cut = _shard_bounds(N, 2)[0]
+    (tmp_path / "data").mkdir()
+    frame.iloc[:cut].to_parquet(tmp_path / "data" / "part0.parquet")
+    frame.iloc[cut:].to_parquet(tmp_path / "data" / "part1.parquet")
+    arr = dd.read_parquet(str(tmp_path / "data" / "*.parquet"))[
+        ["x0", "x1", "x2", "one", "y"]].to_dask_array(lengths=True)
+    backend = pymc_sgs.DaskBackend(client, X=arr[:, :4], y=arr[:, 4])
+    head = _model(X[:10], y[:10])
+    step = pymc_sgs.SplitGibbs(model=head, rho=0.3, backend=backend)
+    shutil.rmtree(tmp_path / "data")  # the rows now exist only in the shards
+    victim = step.kernel.transport.workers[0]
+
+    def kill_at_draw_20(trace, draw):
+        if draw.draw_idx == 20:
+            kill(victim)
+
+    with pytest.warns(ShardLostWarning, match=r"shard 0 \(on worker .*cannot be rebuilt.*"
+                      r"21 draws of this chain"):
+        idata = _sample(head, step, draws=200, tune=0, callback=kill_at_draw_20)
+    _same_draws(_reference(_model(X, y), 21), idata)
+
+
+def test_no_worker_left_stops_and_keeps_the_draws():
+    """Every worker is gone (a cluster of its own, scaled down to none)."""
+    cluster = distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=1,
+                                       dashboard_address=None)
+    with cluster, distributed.Client(cluster) as own:
+        model = _model(*_data())
+        step = pymc_sgs.SplitGibbs(model=model, rho=0.3,
+                                   backend=pymc_sgs.DaskBackend(own, n_shards=2))
+
+        def remove_all_workers_at_draw_20(trace, draw):
+            if draw.draw_idx == 20:
+                cluster.scale(0)
+                while own.scheduler_info()["workers"]:
+                    time.sleep(0.02)
+
+        with pytest.warns(ShardLostWarning, match=r"shard 0 .*shard 1 .*they cannot be rebuilt: "
+                          r"no live worker is left.*21 draws of this chain"):
+            idata = _sample(model, step, draws=100, tune=0, callback=remove_all_workers_at_draw_20)
+    _same_draws(_reference(model, 21), idata)

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import time
 
 import numpy as np
 
 from .base import Backend, check_sharded_options
 from .local import check_n_shards
-from .shard import ShardWorker, shard_problem_from_arrays, split_rows
-from .sharded import ShardedKernel, ShardLostError
+from .shard import ShardWorker, row_shard, shard_problem_from_arrays, split_rows
+from .sharded import ShardedKernel, ShardsUnreachable
 
 __all__ = ["DaskBackend", "DaskShards"]
 
@@ -82,15 +84,25 @@ class DaskBackend(Backend):
         Number of shards when the model's own data are used (default: one
         per worker).
     timeout : float, optional
-        Seconds to wait for a shard before declaring it lost.
+        Seconds to wait for a shard before declaring it lost, and for a lost
+        shard to be rebuilt (default: no limit for a call,
+        :attr:`DaskShards.REBUILD_TIMEOUT` for a rebuild).
 
     Notes
     -----
     Sample with ``pm.sample(..., cores=1)``: the chains run one after the
     other in the calling process and every sweep is spread over the workers.
-    A worker that dies takes its shards' z-state with it; the next sweep then
-    raises :class:`~pymc_sgs.backends.ShardLostError` rather than continue
-    with part of the data.
+
+    A worker that dies takes its shards' z-state with it. Each lost shard is
+    rebuilt on a live worker from its data (the model's rows or list shards sent
+    again from here, dask-array chunks recomputed from their graph) and its z
+    drawn afresh from ``z_shard | theta``, a Gibbs update of that block that
+    keeps the target; a :class:`~pymc_sgs.backends.ShardLostWarning` says so and
+    sampling goes on. When that is impossible (the client was closed, no worker
+    is left, the rows cannot be loaded again), sampling stops with a
+    :class:`~pymc_sgs.backends.ShardLostWarning` and ``pm.sample`` returns the
+    draws made so far; before the first draw it raises
+    :class:`~pymc_sgs.backends.ShardLostError` instead.
     """
 
     per_row_rho = False
@@ -169,17 +181,24 @@ class DaskBackend(Backend):
         for k, shard in enumerate(split_rows(problem, n_shards)):
             w = workers[k % len(workers)]
             out.append((self.client.scatter(shard, workers=[w]), w))
-        return out
+        # a lost shard's rows are cut from the model's data again and sent
+        return out, functools.partial(self._model_data_shard, problem, n_shards)
+
+    def _model_data_shard(self, problem, n_shards, k, worker):
+        return self.client.scatter(row_shard(problem, n_shards, k), workers=[worker])
+
+    def _row_chunked(self, value):
+        """A dask array in the row chunks of the shards, all its columns in each."""
+        if value.ndim == 2:
+            value = value.rechunk({1: -1})
+        return value.rechunk({0: self._row_chunks})
 
     def _chunk_futures(self, value):
         """Futures of the row chunks of a dask array (persisted) or of list shards (scattered)."""
         from distributed import wait
 
         if _is_dask_array(value):
-            if value.ndim == 2:
-                value = value.rechunk({1: -1})
-            value = value.rechunk({0: self._row_chunks})
-            value = self.client.persist(value)
+            value = self.client.persist(self._row_chunked(value))
             wait(value)
             futs = self.client.futures_of(value)
             return sorted(futs, key=lambda f: f.key[1])
@@ -188,6 +207,13 @@ class DaskBackend(Backend):
             self.client.scatter(v, workers=[workers[k % len(workers)]])
             for k, v in enumerate(value)
         ]
+
+    def _chunk_future(self, value, k, worker):
+        """Row chunk ``k`` again on ``worker``: recomputed from the dask graph (the chunks
+        persisted at the start are not kept, which would hold the data twice) or sent."""
+        if _is_dask_array(value):
+            return self.client.compute(self._row_chunked(value).blocks[k], workers=[worker])
+        return self.client.scatter(value[k], workers=[worker])
 
     def _user_data_shards(self, problem):
         if len(problem.split_terms) != 1:
@@ -217,62 +243,190 @@ class DaskBackend(Backend):
                 kwargs.pop("y"), workers=[w], pure=False, **kwargs,
             )
             out.append((prob, w))
-        return out
+        return out, functools.partial(self._user_data_shard, term, problem.d)
+
+    def _user_data_shard(self, term, d, k, worker):
+        arrays = {
+            name: self._chunk_future(getattr(self, name), k, worker)
+            for name in ("X", "y", "offset", "trials") if getattr(self, name) is not None
+        }
+        return self.client.submit(
+            shard_problem_from_arrays, term.name, term.family, d, arrays.pop("X"),
+            arrays.pop("y"), workers=[worker], pure=False, **arrays,
+        )
 
     def build_kernel(self, problem, rho, alpha, log_weights, theta_solver="auto",
                      dtype="float64"):
         check_sharded_options(theta_solver, dtype, "DaskBackend")
         if self.X is None:
-            shards = self._model_data_shards(problem)
+            shards, shard_data = self._model_data_shards(problem)
         else:
             if not problem.split_terms:
                 check_n_shards(1, problem)  # raises: nothing to shard
-            shards = self._user_data_shards(problem)
+            shards, shard_data = self._user_data_shards(problem)
         actors = [
             self.client.submit(ShardWorker, prob, alpha, actor=True, workers=[w], pure=False)
             for prob, w in shards
         ]
-        transport = DaskShards(self.client, actors, [w for _, w in shards], self.timeout)
+        transport = DaskShards(self.client, actors, [w for _, w in shards], self.timeout,
+                               rebuild=functools.partial(self._new_actor, shard_data, alpha))
         return ShardedKernel(problem, transport, rho, alpha, log_weights)
+
+    def _new_actor(self, shard_data, alpha, k, worker):
+        """Future of a fresh actor for shard ``k`` on ``worker``, its rows sent again."""
+        prob = shard_data(k, worker)
+        return self.client.submit(ShardWorker, prob, alpha, actor=True, workers=[worker],
+                                  pure=False)
 
 
 class DaskShards:
-    """Shards held by Dask actors; a call goes to all of them at once."""
+    """Shards held by Dask actors; a call goes to all of them at once.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    actor_futures : list of distributed.Future
+        One :class:`~pymc_sgs.backends.shard.ShardWorker` actor per shard.
+    workers : list of str
+        The worker holding each actor.
+    timeout : float, optional
+        Seconds to wait for a shard's answer before declaring it lost (None: no
+        limit), and for a rebuild (None: :attr:`REBUILD_TIMEOUT`).
+    rebuild : callable, optional
+        ``rebuild(k, worker)``: future of a new actor for shard ``k`` on ``worker``
+        with the shard's rows; None if shards cannot be rebuilt.
+    """
 
     #: what a call to an actor on a dead (or unreachable) worker raises
     LOST = (OSError, TimeoutError, asyncio.TimeoutError, concurrent.futures.CancelledError)
+    #: seconds between checks that the client is still open, while waiting for a shard
+    POLL = 1.0
+    #: default limit in seconds for rebuilding a lost shard (its rows sent or recomputed)
+    REBUILD_TIMEOUT = 600.0
 
-    def __init__(self, client, actor_futures, workers, timeout=None):
+    def __init__(self, client, actor_futures, workers, timeout=None, rebuild=None):
         self.client = client
-        self.actor_futures = actor_futures
+        self.actor_futures = list(actor_futures)
         self.workers = list(workers)
         self.timeout = timeout
-        self.actors = [f.result() for f in actor_futures]  # raises the shards' data errors
+        self.rebuild = rebuild
+        # workers that lost a shard: not chosen for a rebuilt one
+        self._dead = set()
+        self.actors = [f.result() for f in self.actor_futures]  # raises the shards' data errors
 
     def summaries(self):
         return self.call("summary", [()] * len(self.actors))
 
-    def call(self, name, args_per_shard):
-        try:
-            pending = [getattr(a, name)(*args) for a, args in zip(self.actors, args_per_shard)]
-        except self.LOST as err:
-            raise self._lost(None, err) from err
-        out = []
-        for k, fut in enumerate(pending):
+    def _client_gone(self) -> str | None:
+        """Why no shard can be reached through the client, or None when it is usable."""
+        status = getattr(self.client, "status", "running")
+        if status in ("closing", "closed"):
+            return ("the Dask client was closed (client.close()), and without a client no shard "
+                    "can be reached or rebuilt")
+        if status != "running":
+            return (f"the Dask client is not connected to its scheduler (status {status!r}), so "
+                    "no shard can be reached or rebuilt")
+        return None
+
+    def _wait(self, future, timeout):
+        """The result of ``future``, checking every :attr:`POLL` s that the client is open
+        (a closed client's calls may never answer)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = self.POLL if deadline is None else min(self.POLL, deadline - time.monotonic())
             try:
-                out.append(fut.result(timeout=self.timeout))
+                return future.result(timeout=max(step, 0.0))
+            except (TimeoutError, asyncio.TimeoutError):
+                if self._client_gone():
+                    raise OSError("the client was closed") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"no answer within timeout={timeout} s") from None
+
+    def _lost(self, k, err) -> str:
+        return f"on worker {self.workers[k]}: {type(err).__name__}: {err}"
+
+    def call(self, name, args_per_shard, shards=None):
+        """``name(*args)`` on the given shards (default all): their results, in order.
+
+        Raises :class:`~pymc_sgs.backends.sharded.ShardsUnreachable` when some did not
+        answer, with the others' results (every shard has been waited for, so none is
+        still running the call).
+        """
+        index = range(len(self.actors)) if shards is None else list(shards)
+        gone = self._client_gone()
+        if gone:
+            raise ShardsUnreachable(gone, [None] * len(index),
+                                    {k: f"on worker {self.workers[k]}" for k in index}, gone)
+        pending, lost = [], {}
+        for k, args in zip(index, args_per_shard):
+            try:
+                pending.append(getattr(self.actors[k], name)(*args))
+            except RuntimeError as err:
+                # the actor handle refuses calls once the scheduler has lost its task
+                if self.actor_futures[k].status in ("finished", "pending"):
+                    raise
+                pending.append(None)
+                lost[k] = self._lost(k, err)
             except self.LOST as err:
-                raise self._lost(k, err) from err
+                pending.append(None)
+                lost[k] = self._lost(k, err)
+        out = []
+        for k, fut in zip(index, pending):
+            result = None
+            if fut is not None:
+                try:
+                    result = self._wait(fut, self.timeout)
+                except self.LOST as err:
+                    lost[k] = self._lost(k, err)
+                except RuntimeError as err:  # the client's event loop is closed
+                    if not self._client_gone():
+                        raise
+                    lost[k] = self._lost(k, err)
+            out.append(result)
+        if lost:
+            gone = self._client_gone()
+            raise ShardsUnreachable(gone or f"shards {sorted(lost)} did not answer", out, lost,
+                                    gone)
         return out
 
-    def _lost(self, k, err) -> ShardLostError:
-        which = "a shard" if k is None else f"shard {k} (on worker {self.workers[k]})"
-        return ShardLostError(
-            f"{which} of the split Gibbs z-block cannot be reached ({type(err).__name__}: "
-            f"{err}); its worker probably died, taking the shard's z-state with it. The chain "
-            "cannot continue without those rows. Construct a new SplitGibbs with a new "
-            "DaskBackend and sample again."
-        )
+    def replace(self, k) -> str:
+        """Rebuild shard ``k`` on a live worker (its rows sent again); where it went.
+
+        Raises :class:`~pymc_sgs.backends.sharded.ShardsUnreachable` with ``fatal`` set
+        when no worker is left or the rows cannot be loaded again.
+        """
+        if self.rebuild is None:
+            raise ShardsUnreachable("no rebuild", fatal="this transport cannot rebuild shards")
+        self._dead.add(self.workers[k])
+        # the scheduler would otherwise keep the dead actor's task, and may try to run it
+        self.actor_futures[k].release()
+        timeout = self.REBUILD_TIMEOUT if self.timeout is None else self.timeout
+        while True:
+            gone = self._client_gone()
+            if gone:
+                raise ShardsUnreachable(gone, fatal=gone)
+            alive = [w for w in self.client.scheduler_info()["workers"] if w not in self._dead]
+            if not alive:
+                raise ShardsUnreachable(
+                    "no worker", fatal="no live worker is left in the cluster to take its rows")
+            # the least loaded live worker
+            worker = min(alive, key=lambda w: (self.workers.count(w), w))
+            try:
+                future = self.rebuild(k, worker)
+                actor = self._wait(future, timeout)
+            except Exception as err:  # noqa: BLE001 - any failure: tell why, or try elsewhere
+                if self._client_gone():
+                    continue
+                if worker not in self.client.scheduler_info()["workers"]:
+                    self._dead.add(worker)  # died meanwhile
+                    continue
+                raise ShardsUnreachable(
+                    "cannot rebuild",
+                    fatal=(f"its rows could not be loaded again on worker {worker} "
+                           f"({type(err).__name__}: {err})"),
+                ) from err
+            self.actor_futures[k], self.actors[k], self.workers[k] = future, actor, worker
+            return f"worker {worker}"
 
     def __reduce__(self):
         _refuse_pickling()
