@@ -45,7 +45,7 @@ class _LosingShards(InProcessShards):
         victims = victims if isinstance(victims, tuple) else (victims,)
         out, lost = [], {}
         for k, args in zip(index, args_per_shard):
-            if k in victims:
+            if k in victims or self.workers[k] is None:  # lost now, or not rebuilt
                 if ran:
                     getattr(self.workers[k], name)(*args)
                 self.workers[k] = None  # its z is gone
@@ -289,6 +289,27 @@ def test_shard_that_cannot_be_rebuilt_stops_the_run_and_keeps_the_draws():
         idata = _sample(model, step, draws=200, tune=10, callback=lose_after_draw_40)
     assert idata.posterior.sizes["draw"] == 31
     np.testing.assert_array_equal(idata.posterior["b"].values, reference.posterior["b"].values)
+
+
+@pytest.mark.parametrize("discard", [True, False])
+def test_a_stop_while_tuning_follows_pymcs_rules_for_an_interrupt(discard):
+    """Only tuning draws made: PyMC drops them (and says it has no samples) unless
+    discard_tuned_samples=False, which returns them."""
+    model = _model(*_data())
+    backend = _LosingBackend(3, lambda call, name: (None, False), rebuildable=False)
+    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=backend)
+
+    def lose_after_draw_5(trace, draw):
+        if draw.draw_idx == 5:
+            step.kernel.transport.lose = lambda call, name: (1, False)
+
+    kw = dict(draws=50, tune=10, callback=lose_after_draw_5, discard_tuned_samples=discard)
+    with pytest.warns(ShardLostWarning, match="6 draws of this chain"):
+        if discard:
+            with pytest.raises(ValueError, match="Not enough samples to build a trace"):
+                _sample(model, step, **kw)
+        else:
+            assert _sample(model, step, **kw).warmup_posterior.sizes["draw"] == 6
 
 
 def test_shard_that_cannot_be_rebuilt_before_any_draw_raises():

@@ -423,12 +423,16 @@ class ShardedKernel:
         chain = self._chain_draws - self._in_draw
         if self._total_draws - self._in_draw <= 0:
             raise ShardLostError(f"{what} Nothing had been sampled yet. {fix}")
+        # PyMC then keeps what a keyboard interrupt keeps; with nothing but tuning draws (and
+        # discard_tuned_samples=True) it has nothing to return and says so
         if chain > 0:
-            kept = (f"pm.sample returns the {chain} draws of this chain made so far (tuning "
-                    "draws are counted here and dropped by pm.sample as usual) and the chains "
-                    "before it, as after an interrupt")
+            kept = (f"pm.sample returns the {chain} draws of this chain made so far and the "
+                    "chains before it, as after an interrupt (tuning draws are counted here and "
+                    "dropped by pm.sample as usual; if there are only tuning draws, PyMC "
+                    "reports 'Not enough samples to build a trace')")
         else:
-            kept = "this chain has no draws; pm.sample returns the chains before it"
+            kept = ("this chain has no draws; pm.sample returns the chains sampled before it "
+                    "(if none, PyMC reports 'Not enough samples to build a trace')")
         warnings.warn(f"{what} Sampling stops here, keeping what was sampled: {kept}. {fix}",
                       ShardLostWarning, stacklevel=4)
         raise SamplingStopped(what)
