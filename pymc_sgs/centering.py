@@ -37,16 +37,14 @@ from .start import neg_log_posterior
 
 __all__ = ["map_estimate", "center_problem"]
 
-#: families whose potential is -y z + psi(z) (canonical link), so centring only moves y
-_CANONICAL = ("bernoulli", "binomial", "poisson", "normal")
-
-
 def _check_centrable(problem: SplitProblem) -> None:
     for t in problem.split_terms:
-        if t.family.name not in _CANONICAL:
+        # a potential -y z + psi(z) (canonical link, Family.canonical_link): centring only moves y
+        if not t.family.canonical_link:
             raise ValueError(
-                f"centering supports the canonical-link families {_CANONICAL}; the split term "
-                f"{t.name!r} has {t.family!r}."
+                "centering supports the canonical-link families (Bernoulli and Binomial with "
+                f"logit link, Poisson with log link, Normal); the split term {t.name!r} has "
+                f"{t.family!r}."
             )
     for g in problem.gaussian_terms:
         if g.sigma is None:
@@ -112,7 +110,7 @@ def center_problem(problem: SplitProblem, theta_star=None):
         shift += t.A.T @ g
         # U(z; y) - g z = U(z; y') + const with y' the fitted mean: y + g = psi'(eta*) for
         # -y z + psi(z); for the Normal potential (z - y)^2 / (2 sigma^2), y' = eta*
-        y_new = eta if t.family.name == "normal" else np.asarray(t.y, float) + g
+        y_new = t.family.centred_y(eta, t.y, t.trials)
         terms.append(dataclasses.replace(t, y=y_new))
     mean = np.asarray(problem.prior_mean, float) - np.linalg.solve(P, shift)
     notes = dict(problem.notes)

@@ -8,6 +8,23 @@ which the exact z-sampler relies on.
 
 All functions are vectorised over observations and pure numpy.
 
+A family declares what the rest of the package needs to know about it as class
+attributes and methods, and the code around it reads those instead of asking which
+family it is (``name`` and ``link`` are for messages and the repr only):
+
+* ``log_concave`` (the exact z-sampler applies), ``piecewise_linear`` (the
+  closed forms of :mod:`pymc_sgs.nonsmooth` apply);
+* :meth:`Family.curvature_bound` (a global bound on ``U''``: the gradient steps of
+  the data-shard z-sampler, :mod:`pymc_sgs.shards`);
+* ``canonical_link`` and :meth:`Family.centred_y` (centring at the MAP,
+  :mod:`pymc_sgs.centering`);
+* ``compiled_code`` and :meth:`Family.compiled_parameter` (the family's branch of the
+  compiled pass, :mod:`pymc_sgs.fused`).
+
+Adding a family is one class here (or in its own module) plus its branch of the
+compiled pass, if it has one, and its recogniser in :mod:`pymc_sgs.recognise` (which
+PyMC distribution and link it reads).
+
 References
 ----------
 .. [1] M. Vono, D. Paulin, A. Doucet (2022). Efficient MCMC sampling with
@@ -33,6 +50,12 @@ __all__ = [
     "StudentTIdentity",
     "FAMILIES",
 ]
+
+
+#: codes of the compiled passes (``Family.compiled_code``): the branches of the numba loops
+#: of :mod:`pymc_sgs.fused`. A family with one of these codes must have the potential that
+#: branch computes.
+LOGIT, LOG, IDENTITY, NEGBIN = 0, 1, 2, 3
 
 
 def _softplus(z):
@@ -73,6 +96,16 @@ class Family:
     has_trials: bool = False
     #: names of the likelihood's scalar nuisance parameters (e.g. NegativeBinomial alpha)
     nuisance: tuple = ()
+    #: True when the potential is piecewise linear with one kink: ``z | theta`` is then a
+    #: two-piece truncated Gaussian with closed forms (:mod:`pymc_sgs.nonsmooth`), which the
+    #: kernel uses instead of the smooth-family code (mode search, Laplace proposals)
+    piecewise_linear: bool = False
+    #: True when ``U(z; y) = (-y z + psi(z)) / s`` (canonical link, ``s`` known): adding a
+    #: linear term to the potential then only changes ``y`` (:meth:`centred_y`)
+    canonical_link: bool = False
+    #: code of the family's branch of the compiled pass (:data:`LOGIT`, :data:`LOG`,
+    #: :data:`IDENTITY`, :data:`NEGBIN`), or None: no compiled form, the numpy path runs
+    compiled_code: int | None = None
 
     def __init__(self, **params):
         unknown = set(params) - set(self.nuisance)
@@ -148,6 +181,38 @@ class Family:
         likelihood evaluation (:func:`pymc_sgs.conditionals.find_z_mode`).
         """
         return None
+
+    def curvature_bound(self, y, trials=None, scale: float = 1.0):
+        """``scale * sup_{i, z} U''(z; y_i)`` over the given rows, or None when unbounded.
+
+        A global bound on the curvature of the potential (its smoothness): the data-shard
+        z-sampler takes gradient steps ``1 / M`` with ``M`` built from it
+        (:func:`pymc_sgs.shards.shard_smoothness`, ``scale = ||X_s||_2^2``); an understated
+        bound makes those steps diverge. None (the default) when ``U''`` is unbounded (log
+        link) or the family declares no bound; the caller then takes Newton steps.
+        """
+        return None
+
+    def centred_y(self, eta, y, trials=None):
+        """The observations ``y'`` with ``U(z; y') = U(z; y) - U'(eta; y) z + const``.
+
+        Only for ``canonical_link`` families, whose potential is ``(-y z + psi(z)) / s``:
+        subtracting the linear term ``U'(eta) z`` moves ``y`` to ``y + s U'(eta)``, the fitted
+        mean ``psi'(eta)`` (:func:`pymc_sgs.centering.center_problem`).
+        """
+        if not self.canonical_link:
+            raise NotImplementedError(
+                f"{self!r} has no canonical link: its potential is not centred by moving y."
+            )
+        return np.asarray(y, dtype=float) + self.grad(eta, y, trials)
+
+    def compiled_parameter(self, trials):
+        """The per-row parameter ``t`` the compiled pass reads (:func:`pymc_sgs.fused.row_parameter`).
+
+        The trials where the family has them (Binomial; sigma for the Normal family), else 1;
+        a family whose compiled branch reads a nuisance parameter returns that instead.
+        """
+        return 1.0 if trials is None else trials
 
     def grad_bound(self, y, trials=None):
         """``sup_z |U'(z)|`` (finite for the non-convex families, which need it for their mode search)."""
@@ -234,9 +299,16 @@ class BinomialLogit(Family):
     name = "binomial"
     link = "logit"
     has_trials = True
+    canonical_link = True
+    compiled_code = LOGIT
 
     def grows(self, y, trials=None):
         return _binomial_grows(y, 1.0 if trials is None else trials)
+
+    def curvature_bound(self, y, trials=None, scale: float = 1.0):
+        # U'' = trials expit(z) expit(-z) <= trials / 4
+        tmax = 1.0 if trials is None else float(np.max(trials))
+        return tmax * scale / 4.0
 
     def validate(self, y, trials, where):
         y = np.asarray(y, dtype=float)
@@ -324,6 +396,9 @@ class BernoulliLogit(BinomialLogit):
     def grad_range(self, y, trials=None):
         return super().grad_range(y, 1.0)
 
+    def curvature_bound(self, y, trials=None, scale: float = 1.0):
+        return super().curvature_bound(y, None, scale)
+
     def hess(self, z, y, trials=None):
         return super().hess(z, y, 1.0)
 
@@ -352,6 +427,8 @@ class PoissonLog(Family):
 
     name = "poisson"
     link = "log"
+    canonical_link = True
+    compiled_code = LOG
 
     def grows(self, y, trials=None):
         # e^z grows upwards for every count; -y z grows downwards only for y > 0
@@ -417,9 +494,19 @@ class NormalIdentity(Family):
 
     name = "normal"
     link = "identity"
+    canonical_link = True
+    compiled_code = IDENTITY
 
     def eta_scale(self, trials=None) -> float:
         return float(np.max(trials))
+
+    def curvature_bound(self, y, trials=None, scale: float = 1.0):
+        # U'' = 1 / sigma^2
+        return scale / float(np.min(trials)) ** 2
+
+    def centred_y(self, eta, y, trials=None):
+        # (z - y)^2 / (2 sigma^2) - U'(eta) z = (z - eta)^2 / (2 sigma^2) + const
+        return eta
 
     def potential(self, z, y, trials=None):
         return 0.5 * ((z - y) / trials) ** 2
@@ -485,6 +572,11 @@ class NegativeBinomialLog(Family):
     link = "log"
     nuisance = ("alpha",)
     defaults = {"alpha": 1.0}
+    compiled_code = NEGBIN
+
+    def compiled_parameter(self, trials):
+        # the compiled branch reads alpha as its row parameter
+        return self.params["alpha"]
 
     def grows(self, y, trials=None):
         # alpha * z upwards for every count, -y z downwards only for y > 0 (as Poisson)
@@ -581,6 +673,13 @@ class BinomialProbit(Family):
     def hess(self, z, y, trials=None):
         t = self._t(trials)
         return y * _neg_log_ndtr_hess(z) + (t - y) * _neg_log_ndtr_hess(-z)
+
+    def curvature_bound(self, y, trials=None, scale: float = 1.0):
+        # -log Phi has curvature in (0, 1), tending to 1 in its growing tail (not the
+        # logistic's 1/4), so U'' <= y + (trials - y) = trials
+        t = self._t(trials)
+        tmax = 1.0 if t is None else float(np.max(t))
+        return tmax * scale
 
     def grows(self, y, trials=None):
         return _binomial_grows(y, self._t(trials))
@@ -726,6 +825,9 @@ class StudentTIdentity(Family):
         return const - self.potential(z, y, trials)
 
 
+#: one instance of every smooth family at its default parameters, by a short key (for tests,
+#: scripts and the docs; the package itself reads a family's declared attributes, and
+#: :mod:`pymc_sgs.recognise` maps PyMC distributions to family classes)
 FAMILIES = {
     "bernoulli": BernoulliLogit(),
     "binomial": BinomialLogit(),

@@ -28,40 +28,23 @@ import math
 import numpy as np
 from numba import njit
 
-from .families import (
-    BernoulliLogit,
-    BinomialLogit,
-    Family,
-    NegativeBinomialLog,
-    NormalIdentity,
-    PoissonLog,
-)
+# the codes of the compiled branches are declared with the families (Family.compiled_code)
+from .families import IDENTITY, LOG, LOGIT, NEGBIN, Family
 
 __all__ = ["family_code", "row_parameter", "fused_z_pass", "shifted_potential_change"]
 
-LOGIT, LOG, IDENTITY, NEGBIN = 0, 1, 2, 3
-
 
 def family_code(family: Family):
-    """Integer code of a family for the compiled loop, or None if it has none."""
-    if isinstance(family, (BinomialLogit, BernoulliLogit)):
-        return LOGIT
-    if isinstance(family, PoissonLog):
-        return LOG
-    if isinstance(family, NormalIdentity):
-        return IDENTITY
-    if isinstance(family, NegativeBinomialLog):
-        return NEGBIN
-    return None
+    """Integer code of a family for the compiled loop (its ``compiled_code``), or None if it has none."""
+    return family.compiled_code
 
 
 def row_parameter(family: Family, trials, n: int) -> np.ndarray:
-    """The per-row parameter ``t`` of the compiled loop: trials, sigma, NegativeBinomial alpha or 1."""
-    if isinstance(family, NegativeBinomialLog):
-        value = family.params["alpha"]
-    else:
-        value = 1.0 if trials is None else trials
-    value = np.asarray(value, dtype=float)
+    """The per-row parameter ``t`` of the compiled loop (:meth:`Family.compiled_parameter`).
+
+    Trials, sigma (Normal), NegativeBinomial alpha or 1, as an ``(n,)`` array.
+    """
+    value = np.asarray(family.compiled_parameter(trials), dtype=float)
     if value.ndim == 0:
         # a stride-0 view: a common value costs no n-vector (the compiled loops index it)
         return np.broadcast_to(value, (n,))

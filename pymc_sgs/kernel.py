@@ -21,7 +21,6 @@ import scipy.sparse
 from .conditionals import GaussianThetaConditional, mh_z_move, overrelaxed_z_move, sample_z_exact
 from .fused import family_code, fused_z_pass, row_parameter
 from .nonsmooth import (
-    PiecewiseLinearFamily,
     log_weight_rows_piecewise,
     move_z_piecewise,
     sample_z_piecewise,
@@ -238,7 +237,7 @@ class SplitGibbsKernel:
             raise ValueError(f"engine must be 'auto', 'numba' or 'numpy'; received {engine!r}.")
         codes = [family_code(f) for f in self.families]
         # kinked terms have closed forms (pymc_sgs.nonsmooth), called per term in either engine
-        self._piecewise = [isinstance(f, PiecewiseLinearFamily) for f in self.families]
+        self._piecewise = [f.piecewise_linear for f in self.families]
         uncompiled = any(c is None and not pw for c, pw in zip(codes, self._piecewise))
         if engine == "numba" and uncompiled:
             raise ValueError("engine='numba' has no compiled form for some of the families.")
@@ -296,7 +295,7 @@ class SplitGibbsKernel:
         (:mod:`pymc_sgs.free_rate`) changes between sweeps.
         """
         term = self.split_terms[index]
-        if not isinstance(term.family, PiecewiseLinearFamily):
+        if not term.family.piecewise_linear:
             raise ValueError(f"split term {term.name!r} has no rate to set.")
         rate = np.broadcast_to(np.asarray(rate, dtype=float), (term.n,))
         self.split_terms[index] = dataclasses.replace(term, trials=rate)
@@ -346,7 +345,7 @@ class SplitGibbsKernel:
         acc = 0.0
         for fam, term, sl in zip(self.families, self.split_terms, self._slices):
             m = sl.stop - sl.start
-            if isinstance(fam, PiecewiseLinearFamily):
+            if fam.piecewise_linear:
                 # kinked potentials: exact inversion of the two-piece CDF (pymc_sgs.nonsmooth)
                 draw = sample_z_piecewise(
                     fam, term.y, term.trials, centre[sl], self._rho_rows[sl], rng
@@ -388,7 +387,7 @@ class SplitGibbsKernel:
         mode = np.empty(n)
         acc = 0.0
         for fam, term, sl in zip(self.families, self.split_terms, self._slices):
-            if isinstance(fam, PiecewiseLinearFamily):
+            if fam.piecewise_linear:
                 # no Laplace approximation at a kink: over-relax in the exact CDF's copula
                 mv = move_z_piecewise(
                     fam, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
@@ -426,7 +425,7 @@ class SplitGibbsKernel:
         total = 0.0
         mode = np.empty(n)
         for fam, term, sl in zip(self.families, self.split_terms, self._slices):
-            if isinstance(fam, PiecewiseLinearFamily):
+            if fam.piecewise_linear:
                 # closed form (normal CDFs), exact where quadrature would not be
                 rows, mode[sl] = log_weight_rows_piecewise(
                     fam, term.y, term.trials, centre[sl], self._rho_rows[sl]

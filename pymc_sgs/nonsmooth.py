@@ -100,6 +100,7 @@ class PiecewiseLinearFamily(Family):
     link = "identity"
     log_concave = True
     has_trials = True
+    piecewise_linear = True
 
     def __init__(self, kappa: float = 1.0):
         try:

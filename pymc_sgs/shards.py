@@ -11,8 +11,9 @@ every auxiliary variable ``z_s`` lives in ``R^d``. The split model is::
   unsplit Gaussian terms) and linear term ``P_V m_V + sum_s z_s / rho^2``.
 * ``z_s | theta`` ∝ ``exp(-f_s(z))`` with ``f_s(z) = U_s(z) + ||z - theta||^2 / (2 rho^2)``,
   which is ``m``-strongly convex with ``m >= 1/rho^2`` and ``M``-smooth with
-  ``M <= L_s + 1/rho^2`` (``L_s = max_trials ||X_s||_2^2 / 4`` for the logit
-  link). :func:`sample_strongly_log_concave` draws it exactly with the
+  ``M <= L_s + 1/rho^2`` (``L_s = sup U'' ||X_s||_2^2``, from the family's
+  :meth:`~pymc_sgs.families.Family.curvature_bound`: ``max_trials / 4`` for the
+  logit link, ``max_trials`` for the probit link). :func:`sample_strongly_log_concave` draws it exactly with the
   rejection sampler of the paper's Proposition 3 (proof: Lemma 31), around an
   approximate minimiser found by gradient descent (Remark 4).
 
@@ -53,8 +54,6 @@ __all__ = [
 
 #: envelope choices of :func:`sample_strongly_log_concave`
 ENVELOPES = ("paper", "tangent")
-#: families whose shard potential has a known smoothness constant
-_LOGIT = ("bernoulli", "binomial")
 
 
 class RejectionDraw(NamedTuple):
@@ -266,22 +265,21 @@ def validate_n_shards(n_shards, n: int | None = None) -> int:
     return int(n_shards)
 
 
-def shard_smoothness(family, X_s, trials_s) -> float | None:
+def shard_smoothness(family, X_s, trials_s, y_s=None) -> float | None:
     """Upper bound ``L_s`` on the Hessian of the shard potential (None when unbounded).
 
-    Logit link: ``U'' <= trials / 4``, so ``L_s = max(trials) ||X_s||_2^2 / 4``.
-    Normal (split on purpose, ``trials`` carries sigma): ``||X_s||_2^2 / min sigma^2``.
-    Poisson: ``U'' = e^z`` is unbounded, so no global constant.
+    ``L_s = sup U'' ||X_s||_2^2`` with the family's
+    :meth:`~pymc_sgs.families.Family.curvature_bound`: ``max(trials) / 4`` for the logit
+    link, ``max(trials)`` for the probit link, ``1 / min sigma^2`` for the Normal family
+    (split on purpose, ``trials`` carries sigma). None where ``U''`` is unbounded (Poisson:
+    ``U'' = e^z``) or the family declares no bound; the minimiser search then takes Newton
+    steps. The gradient steps ``1 / (L_s + 1 / rho^2)`` diverge when ``L_s`` understates the
+    curvature, so the bound must hold for every ``z``.
     """
     if X_s.shape[0] == 0:
         return 0.0
     spec2 = float(np.linalg.norm(X_s, 2)) ** 2
-    if family.name in _LOGIT:
-        tmax = 1.0 if trials_s is None or family.name == "bernoulli" else float(np.max(trials_s))
-        return tmax * spec2 / 4.0
-    if family.name == "normal":
-        return spec2 / float(np.min(trials_s)) ** 2
-    return None
+    return family.curvature_bound(y_s, trials_s, spec2)
 
 
 class ShardInfo(NamedTuple):
@@ -376,8 +374,8 @@ class ShardKernel:
             for r in rows
         ]
         self.smoothness = np.array(
-            [np.nan if (L := shard_smoothness(self.family, X, t)) is None else L
-             for X, _, _, t in self.shards]
+            [np.nan if (L := shard_smoothness(self.family, X, t, y)) is None else L
+             for X, _, y, t in self.shards]
         )
         stacked = np.tile(np.eye(d), (self.b, 1))
         self.theta_conditional = GaussianThetaConditional(

@@ -140,12 +140,10 @@ def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 5
     matrix-free theta-step (``theta_solver="cg"``: the Hessian is d x d), a non-positive-
     definite Hessian (e.g. separable data under a flat prior), or no convergence.
     """
-    from .nonsmooth import PiecewiseLinearFamily
-
     if getattr(kernel, "theta_solver", None) != "cholesky":
         return LaplaceStart(None, None, 0, "the theta-step is matrix-free (theta_solver='cg')")
     for fam in kernel.families:
-        if isinstance(fam, PiecewiseLinearFamily) or not fam.log_concave:
+        if fam.piecewise_linear or not fam.log_concave:
             return LaplaceStart(None, None, 0, f"{fam!r} is kinked or not log-concave")
     # a sharded kernel sums its shards' parts (ShardedKernel.neg_log_posterior)
     f = kernel.neg_log_posterior() if hasattr(kernel, "neg_log_posterior") else \

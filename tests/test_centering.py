@@ -12,7 +12,7 @@ from scipy.special import expit
 
 import pymc_sgs
 from pymc_sgs.centering import _objective, center_problem, map_estimate
-from pymc_sgs.families import FAMILIES
+from pymc_sgs.families import FAMILIES, BernoulliProbit, BinomialProbit
 from pymc_sgs.kernel import SplitGibbsKernel
 from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
 from pymc_sgs.shards import ShardKernel
@@ -61,6 +61,21 @@ def test_centering_keeps_pi_and_centres_every_potential(family):
     wrong = dataclasses.replace(cen, prior_mean=prob.prior_mean)
     f2 = _objective(wrong)
     assert np.ptp([f0(p)[0] - f2(p)[0] for p in pts]) > 1e-3
+
+
+@pytest.mark.parametrize("family, trials", [(BernoulliProbit(), None), (BinomialProbit(), 5.0)])
+def test_centering_refuses_the_probit_link(family, trials):
+    # probit's potential is not -y z + psi(z): moving y would change pi. The probit families
+    # share the logit families' names ("bernoulli", "binomial"), which the check once read
+    rng = np.random.default_rng(2)
+    n, d = 60, 2
+    X = rng.normal(size=(n, d))
+    y = (rng.random(n) < 0.5).astype(float)
+    tr = None if trials is None else np.full(n, trials)
+    term = SplitTerm("y", family, X, np.zeros(n), y, tr)
+    prob = SplitProblem((ParamSlice("b", (d,), 0, d),), np.zeros(d), np.eye(d), (term,))
+    with pytest.raises(ValueError, match="canonical-link families"):
+        center_problem(prob)
 
 
 def test_centered_gaussian_split_model_has_the_map_as_mean():
