@@ -385,25 +385,42 @@ def _reference(model, draws, chains=1):
     return _sample(model, step, draws=draws, tune=0, chains=chains)
 
 
-def test_lost_worker_is_rebuilt_and_the_chain_continues(client, kill):
-    """The lost shard is rebuilt on a live worker from its data, its z redrawn from
+@pytest.mark.parametrize("data", ["model", "list", "dask-array"])
+def test_lost_worker_is_rebuilt_and_the_chain_continues(client, kill, data):
+    """The lost shard is rebuilt on a live worker from its data (the model's rows cut again,
+    a list shard sent again, a dask chunk recomputed from its graph), its z redrawn from
     z | theta, and every draw is kept."""
-    model = _model(*_data())
-    step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=pymc_sgs.DaskBackend(client))
+    X, y = _data()
+    model = _model(X, y)
+    if data == "model":
+        backend = pymc_sgs.DaskBackend(client)
+    else:
+        A = np.column_stack([X, np.ones(N)])  # coefficient layout: b (3), then a
+        cut = _shard_bounds(N, 2)[0]
+        if data == "list":
+            backend = pymc_sgs.DaskBackend(client, X=[A[:cut], A[cut:]], y=[y[:cut], y[cut:]])
+        else:
+            chunks = (cut, N - cut)
+            backend = pymc_sgs.DaskBackend(client, X=da.from_array(A, chunks=(chunks, 2)),
+                                           y=da.from_array(y.astype(float), chunks=chunks))
+    head = model if data == "model" else _model(X[:20], y[:20])
+    step = pymc_sgs.SplitGibbs(model=head, rho=0.3, backend=backend)
     victim = step.kernel.transport.workers[0]
 
     def kill_at_draw_20(trace, draw):
         if draw.draw_idx == 20:
             kill(victim)
 
-    with pytest.warns(ShardLostWarning, match=r"shard 0 \(on worker .*rebuilt on worker .*z redrawn"):
-        idata = _sample(model, step, draws=60, tune=0, callback=kill_at_draw_20)
+    with pytest.warns(ShardLostWarning,
+                      match=r"shard 0 \(on worker .*rebuilt on worker .*z redrawn"):
+        idata = _sample(head, step, draws=60, tune=0, callback=kill_at_draw_20)
     b = idata.posterior["b"].values[0]
     ref = _reference(model, 60).posterior["b"].values[0]
     assert b.shape == ref.shape and np.all(np.isfinite(b))
     np.testing.assert_array_equal(b[:21], ref[:21])  # the same chain until the loss
     assert not np.array_equal(b[21:], ref[21:])  # the rebuilt shard has a new Generator
     assert step.kernel.transport.workers[0] != victim
+    assert step.kernel.n == N
 
 
 def test_worker_lost_before_the_first_draw_is_rebuilt(client, kill):

@@ -398,14 +398,14 @@ class ShardedKernel:
 
     def _warn_rebuilt(self, lost, places, redrawn) -> None:
         what = (
-            "its z redrawn from z | theta at the chain's current theta, an exact Gibbs update "
-            "of that block, so the chain keeps its target" if redrawn
-            else "no chain had started, so nothing else changes"
+            "and its z redrawn from z | theta at the chain's current theta (an exact Gibbs "
+            "update of that block, so the chain keeps its target)" if redrawn
+            else "before its chain had started (nothing else changes)"
         )
         for k in sorted(lost):
             warnings.warn(
                 f"SplitGibbs: shard {k} ({lost[k]}) was lost; it was rebuilt on {places[k]} from "
-                f"its rows, with {what}. Sampling continues.",
+                f"its rows, {what}. Sampling continues.",
                 ShardLostWarning,
                 stacklevel=4,
             )
