@@ -35,6 +35,19 @@ from scipy.special import softmax as np_softmax
 import pymc as pm
 from pymc.distributions.continuous import FlatRV
 
+from .graph import (
+    NUTS,
+    UnsupportedModelError,
+    check_no_other_dependants,
+    coef_labels,
+    dist_name,
+    find_outermost,
+    free_rvs_in,
+    gaussian_prior,
+    observed_data,
+    shape_of,
+    user_theta_rvs,
+)
 from .problem import ParamSlice
 
 __all__ = ["DetectedCategorical", "detect_categorical", "has_categorical_likelihood", "is_ordinal"]
@@ -81,11 +94,9 @@ class DetectedCategorical:
 
 def _categorical_rvs(model):
     """Observed ``pm.Categorical`` variables whose probabilities depend on free variables."""
-    from .detect import _free_rvs_in
-
     return [
         rv for rv in model.observed_RVs
-        if isinstance(rv.owner.op, CategoricalRV) and _free_rvs_in([rv.owner.inputs[2]], model)
+        if isinstance(rv.owner.op, CategoricalRV) and free_rvs_in([rv.owner.inputs[2]], model)
     ]
 
 
@@ -101,13 +112,11 @@ def is_ordinal(rv, model) -> bool:
     families build their class probabilities from an inverse link (invlogit, invprobit or
     Bambi's cloglog ``1 - exp(-exp(x))``) of cutpoints minus the predictor, with no softmax.
     """
-    from .detect import _free_rvs_in, find_outermost
-
     if not isinstance(rv.owner.op, CategoricalRV):
         return False
     param = rv.owner.inputs[2]
     free = set(model.free_RVs)
-    if not _free_rvs_in([param], model) or _find_softmax(param, free):
+    if not free_rvs_in([param], model) or _find_softmax(param, free):
         return False
 
     def is_op(node, types):
@@ -125,25 +134,21 @@ def is_ordinal(rv, model) -> bool:
 
 def _find_softmax(param, free):
     """Outermost Softmax nodes of the free variables in the graph of ``param``."""
-    from .detect import find_outermost
-
     return find_outermost(param, free, lambda node: isinstance(node.op, Softmax))
 
 
 def _prior(rv, model, size):
     """``(mean, precision)`` of a coefficient's Normal, MvNormal or Flat prior (fixed parameters)."""
-    from .detect import UnsupportedModelError, _dist_name, _free_rvs_in, _gaussian_prior
-
     op = rv.owner.op
     transformed = model.rvs_to_transforms.get(rv) is not None
     if transformed or not isinstance(op, (NormalRV, MvNormalRV, FlatRV)):
         raise UnsupportedModelError(
-            f"coefficient {rv.name!r} of the softmax has a {_dist_name(rv)} prior. SplitGibbs "
+            f"coefficient {rv.name!r} of the softmax has a {dist_name(rv)} prior. SplitGibbs "
             "samples multinomial logistic regression with Normal, MvNormal or Flat priors on "
             "the coefficients (theta | z must be Gaussian); use one of those, or sample this "
             "model with NUTS."
         )
-    hyper = _free_rvs_in(rv.owner.inputs[2:], model)
+    hyper = free_rvs_in(rv.owner.inputs[2:], model)
     if hyper:
         raise UnsupportedModelError(
             f"the prior of coefficient {rv.name!r} of the softmax depends on the free "
@@ -151,7 +156,7 @@ def _prior(rv, model, size):
             "priors with fixed parameters only (no hierarchical scales). Fix them, or sample "
             "this model with NUTS."
         )
-    mean, prec, _ = _gaussian_prior(rv, model, size)
+    mean, prec, _ = gaussian_prior(rv, model, size)
     return mean, prec
 
 
@@ -176,17 +181,6 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
     ValueError
         Observations outside ``0..K-1``, non-finite design, improper ``theta | z``.
     """
-    from .detect import (
-        NUTS,
-        UnsupportedModelError,
-        _check_no_other_dependants,
-        _coef_labels,
-        _free_rvs_in,
-        _observed_data,
-        _shape_of,
-        _user_theta_rvs,
-    )
-
     model = pm.modelcontext(model)
     cats = _categorical_rvs(model)
     if len(cats) != 1:
@@ -227,9 +221,9 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
             f"(ndim {eta.ndim}); the classes must be the last axis, pm.math.softmax(eta, "
             "axis=-1) with eta of shape (n, K)."
         )
-    eta_rvs = _free_rvs_in([eta], model)
+    eta_rvs = free_rvs_in([eta], model)
     if vars is not None:
-        theta_rvs = _user_theta_rvs(vars, model)
+        theta_rvs = user_theta_rvs(vars, model)
         missing = [r.name for r in eta_rvs if r not in theta_rvs]
         if missing:
             raise UnsupportedModelError(
@@ -247,17 +241,17 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
         theta_rvs = eta_rvs
     theta_set = set(theta_rvs)
     for other in model.observed_RVs:
-        if other is not rv and set(_free_rvs_in(other.owner.inputs[2:], model)) & theta_set:
+        if other is not rv and set(free_rvs_in(other.owner.inputs[2:], model)) & theta_set:
             raise UnsupportedModelError(
                 f"observed variable {other.name!r} depends on the softmax coefficients of "
                 f"{name!r}; SplitGibbs samples a pm.Categorical likelihood on its own. Use "
                 "separate coefficients, or sample this model with NUTS."
             )
-    _check_no_other_dependants(model, theta_rvs, [SimpleNamespace(rv=rv, eta=eta)])
+    check_no_other_dependants(model, theta_rvs, [SimpleNamespace(rv=rv, eta=eta)])
 
     params, means, precs, start = [], [], [], 0
     for r in theta_rvs:
-        shape = _shape_of(r)
+        shape = shape_of(r)
         size = int(np.prod(shape))
         vv = model.rvs_to_values[r]
         params.append(ParamSlice(vv.name, shape, start, start + size, str(vv.dtype)))
@@ -270,7 +264,7 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
     for p, prec in zip(params, precs):
         prior_precision[p.start : p.stop, p.start : p.stop] = prec
 
-    y = _observed_data(model.rvs_to_values[rv], name)
+    y = observed_data(model.rvs_to_values[rv], name)
     eta_shape = tuple(int(s) for s in np.broadcast_shapes(
         y.shape + (1,), tuple(int(s) for s in eta.shape.eval())))
     K = eta_shape[-1]
@@ -295,7 +289,7 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
     value_vars = [model.rvs_to_values[r] for r in theta_rvs]
     graphs = model.replace_rvs_by_values([eta, param])
     fn = pytensor.function(value_vars, graphs, on_unused_input="ignore")
-    shapes = [_shape_of(r) for r in theta_rvs]
+    shapes = [shape_of(r) for r in theta_rvs]
     splits = np.cumsum([int(np.prod(s)) for s in shapes])[:-1]
 
     def evaluate(theta):
@@ -341,7 +335,7 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n * K, d)
     )
     rng = np.random.default_rng(seed)
-    labels = _coef_labels(theta_rvs, shapes)
+    labels = coef_labels(theta_rvs, shapes)
     for _ in range(2):
         theta = rng.normal(size=d) * 1.7
         e, p = evaluate(theta)

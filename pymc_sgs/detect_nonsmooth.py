@@ -1,18 +1,20 @@
 """Graph reading for the non-smooth terms: asymmetric Laplace likelihoods, Laplace priors.
 
-Called from :mod:`pymc_sgs.detect` (which owns the rest of the graph reading);
-builds the :class:`~pymc_sgs.problem.SplitTerm` of each non-smooth term, see
+Called from :mod:`pymc_sgs.detect` and :mod:`pymc_sgs.recognise`; imports the graph
+helpers of :mod:`pymc_sgs.graph` only (no cycle with :mod:`pymc_sgs.detect`). Builds the :class:`~pymc_sgs.problem.SplitTerm` of each non-smooth term, see
 :mod:`pymc_sgs.nonsmooth` for the potentials and their samplers.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pytensor
 from pytensor.tensor.random.basic import LaplaceRV
 
 from pymc.distributions.continuous import AsymmetricLaplaceRV
 
 from .free_rate import FreeRate
+from .graph import UnsupportedModelError, free_rvs_in, shape_of, value_of
 from .nonsmooth import AsymmetricLaplaceIdentity, LaplacePrior
 from .problem import SplitTerm
 
@@ -31,15 +33,13 @@ def is_laplace(rv) -> bool:
 
 def _fixed_values(graph, what, name, model, shape, instead):
     """Numeric value of a distribution parameter that must be data, broadcast to ``shape``."""
-    from .detect import UnsupportedModelError, _free_rvs_in, _value_of
-
-    free = _free_rvs_in([graph], model)
+    free = free_rvs_in([graph], model)
     if free:
         raise UnsupportedModelError(
             f"{what} of {name!r} depends on the free variable(s) {[r.name for r in free]}; "
             f"SplitGibbs needs it fixed (data or a constant). {instead}"
         )
-    return np.broadcast_to(_value_of(graph).astype(float), shape).ravel()
+    return np.broadcast_to(value_of(graph).astype(float), shape).ravel()
 
 
 def asymmetric_laplace_term(rv, model, A, offset, y, theta_rvs=(), term_index=0):
@@ -50,15 +50,13 @@ def asymmetric_laplace_term(rv, model, A, offset, y, theta_rvs=(), term_index=0)
     ``SplitGibbs`` then owns); ``kappa`` (or ``q``) must be fixed and one value
     for the whole term. Returns ``(term, free_rate or None)``.
     """
-    from .detect import UnsupportedModelError, _free_rvs_in
-
     b_graph, kappa_graph = rv.owner.inputs[2], rv.owner.inputs[3]
     name = rv.name
     instead = "A free kappa / q is not supported: fix it, or sample this model with NUTS."
     kappa = _fixed_values(kappa_graph, "the asymmetry kappa (or q) of the AsymmetricLaplace "
                           "likelihood", name, model, y.shape, instead)
     free_rate = None
-    if _free_rvs_in([b_graph], model):
+    if free_rvs_in([b_graph], model):
         free_rate = _free_rate(rv, b_graph, model, y, theta_rvs, term_index)
         b = free_rate.rates(model.initial_point()[free_rate.value_name]).ravel()
     else:
@@ -89,12 +87,8 @@ def asymmetric_laplace_term(rv, model, A, offset, y, theta_rvs=(), term_index=0)
 
 def _free_rate(rv, b_graph, model, y, theta_rvs, term_index):
     """The :class:`FreeRate` of a likelihood whose ``b`` depends on one free scalar variable."""
-    import pytensor
-
-    from .detect import UnsupportedModelError, _free_rvs_in, _shape_of
-
     name = rv.name
-    free = _free_rvs_in([b_graph], model)
+    free = free_rvs_in([b_graph], model)
     where = f"the parameter b (rate) of the AsymmetricLaplace likelihood of {name!r}"
     if set(free) & set(theta_rvs):
         raise UnsupportedModelError(
@@ -108,7 +102,7 @@ def _free_rate(rv, b_graph, model, y, theta_rvs, term_index):
             "others, or sample this model with NUTS."
         )
     (phi,) = free
-    if int(np.prod(_shape_of(phi))) != 1:
+    if int(np.prod(shape_of(phi))) != 1:
         raise UnsupportedModelError(
             f"{where} depends on the non-scalar free variable {phi.name!r}; SplitGibbs can own "
             "one free scalar variable for b."
@@ -117,14 +111,14 @@ def _free_rate(rv, b_graph, model, y, theta_rvs, term_index):
     for other in model.basic_RVs:
         if other is rv or other is phi:
             continue
-        if phi in _free_rvs_in(other.owner.inputs[2:], model):
+        if phi in free_rvs_in(other.owner.inputs[2:], model):
             raise UnsupportedModelError(
                 f"{where} depends on {phi.name!r}, which {other.name!r} also depends on; "
                 f"SplitGibbs updates {phi.name!r} from this likelihood and its prior only. Use a "
                 "separate variable for b, or sample this model with NUTS."
             )
     for pot in model.potentials:
-        if phi in _free_rvs_in([pot], model):
+        if phi in free_rvs_in([pot], model):
             raise UnsupportedModelError(
                 f"{where} depends on {phi.name!r}, which pm.Potential {pot.name!r} also "
                 "involves; SplitGibbs cannot include it. Sample this model with NUTS."
