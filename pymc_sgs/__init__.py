@@ -17,6 +17,9 @@ __version__ = "0.1.0"
 #: public names imported on first access, and the module that defines them
 _LAZY = {
     "SplitGibbs": "step",
+    "BlockSplitGibbs": "step",
+    "ExactOptions": "options",
+    "ShiftOptions": "options",
     "SamplerFeedbackWarning": "step",
     "psis_summary": "diagnostics",
     "psis_weights": "diagnostics",
@@ -47,6 +50,9 @@ def __dir__():
 
 __all__ = [
     "SplitGibbs",
+    "BlockSplitGibbs",
+    "ExactOptions",
+    "ShiftOptions",
     "Backend",
     "LocalBackend",
     "DaskBackend",

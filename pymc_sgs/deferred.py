@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import pymc as pm
 
+from .options import LEGACY_KEYWORDS
+
 __all__ = ["DeferredStep"]
 
 _HOW = (
@@ -40,10 +42,18 @@ class DeferredStep(Sequence):
 
     def __init__(self, cls, args, kwargs):
         # a misspelt argument fails now, as it would in a model; values are checked when built
+        signature = inspect.signature(cls.__init__)
         try:
-            inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+            signature.bind(None, *args, **kwargs)
         except TypeError as err:
             raise TypeError(f"{cls.__name__}(): {err}") from None
+        # the deprecated keywords (pymc_sgs.options) are the only names **legacy takes
+        named = set(signature.parameters)
+        unknown = sorted(set(kwargs) - named - set(LEGACY_KEYWORDS))
+        if unknown:
+            raise TypeError(
+                f"{cls.__name__}(): got an unexpected keyword argument {unknown[0]!r}"
+            )
         object.__setattr__(self, "_cls", cls)
         object.__setattr__(self, "_args", tuple(args))
         object.__setattr__(self, "_kwargs", dict(kwargs))

@@ -28,6 +28,8 @@ from .shards import ShardKernel, validate_n_shards
 from .propriety import check_proper
 from .rho import RhoTuner, pilot_rho, validate_bias_tol
 from .shift import ShiftMove, validate_shift, validate_shift_moves, validate_shift_relaxation
+from .options import ExactOptions, ShiftOptions, resolve_legacy, resolve_move
+from .user_warnings import warn_user
 from .validate import check_bool
 from .start import laplace_start, validate_init
 
@@ -54,7 +56,7 @@ SHIFT_ACCEPT_WARN = 0.2
 #: benchmarks/compare.py's logistic cases), so 4 saves about 3/4 of the sweeps' cost
 AUTO_SWEEP_EVERY = 4
 
-__all__ = ["SplitGibbs", "SamplerFeedbackWarning"]
+__all__ = ["SplitGibbs", "BlockSplitGibbs", "SamplerFeedbackWarning"]
 
 
 class SamplerFeedbackWarning(UserWarning):
@@ -109,129 +111,78 @@ class SplitGibbs(BlockedStep):
     bias_tol : float
         For ``rho="auto"``: target bound, in posterior standard deviations, on
         the bias of any posterior expectation (``sd(w / E w) <= bias_tol``).
-    exact : bool
-        Target ``pi`` exactly: every draw is an MH step whose proposal is
-        ``exact_sweeps`` over-relaxed SGS sweeps (z-first or theta-first at
-        random, which makes it ``Pi_rho``-reversible), accepted with
-        probability ``min(1, w(theta') / w(theta))``. Applies after tuning
-        (tuning draws sample ``pi_rho`` to burn in and tune rho).
-    exact_sweeps : int
-        Sweeps per MH proposal in exact mode (more sweeps keep more of the
-        over-relaxation speed-up, at a lower acceptance rate).
     alpha : float
         Over-relaxation of both Gibbs blocks, in ``(-1, 1)``. ``0`` gives plain
         SGS (exact z draws by rejection); negative values (default ``-0.99``)
         over-relax theta with Adler's update and move z by over-relaxed MH
         around its Laplace approximation, which keeps ``Pi_rho`` invariant and
         mixes much faster at small rho (docs: "How SGS works").
+    exact : bool or ExactOptions
+        Target ``pi`` exactly: every draw is an MH step whose proposal is
+        :attr:`ExactOptions.sweeps` over-relaxed SGS sweeps (z-first or
+        theta-first at random, which makes it ``Pi_rho``-reversible), accepted
+        with probability ``min(1, w(theta') / w(theta))``. Applies after tuning
+        (tuning draws sample ``pi_rho`` to burn in and tune rho). ``True`` is
+        ``ExactOptions()``.
+    shift : bool or ShiftOptions
+        Add, before every sweep, a Metropolis–Hastings move of ``(theta, z)``
+        along ``(delta, A delta)``, which leaves the split model invariant and
+        proposes from the Laplace approximation of the posterior, centred at
+        its first-order mean rather than its mode (:mod:`pymc_sgs.shift`):
+        theta then decorrelates in about one accepted move instead of the
+        ``1 / (rho sqrt(U''))`` sweeps of plain SGS, without changing the
+        target, the weights or the bias certificate. Default ``True``
+        (``ShiftOptions()``: moves per sweep tuned from the acceptance, one
+        over-relaxed move where the proposal is accepted >= 90% of the time,
+        and after tuning a z/theta sweep on every 4th draw only, the shift move
+        making the others; see :class:`~pymc_sgs.ShiftOptions`). Applies where
+        the Laplace approximation is available (see ``init``) and
+        ``exact=False``. Sampler stats ``shift_accept``, ``shift_moves``,
+        ``shift_beta`` and ``swept``.
     log_weights : bool or int
         Record ``log_weight = log pi(theta) - log pi_rho(theta)`` (up to a
-        constant) for every swept draw (``True``; see ``sweep_every``), for
+        constant) for every swept draw (``True``), for
         :func:`pymc_sgs.psis_summary` to measure and remove the rho-bias; they
         cost 8 to 16 likelihood evaluations per row and sweep. An integer ``k``
-        records them on every k-th draw after tuning only (the others get nan; :func:`psis_summary`
-        uses the weighted draws): since successive draws are correlated, thinning
-        the weights by less than about half the integrated autocorrelation time
-        loses little precision and saves most of their cost. ``False`` skips
-        them (incompatible with ``rho="auto"`` and ``exact=True``).
-    model : pm.Model, optional
-    rng : numpy.random.Generator or seed, optional
-        PyMC replaces it by a per-chain Generator through :meth:`set_rng`.
-    split_gaussian : bool
-        Test-only: split Normal-identity likelihoods too.
-    theta_solver : {"auto", "cholesky", "cg"}
-        How ``theta | z`` is drawn: one Cholesky factor of the d x d precision
-        (``"cholesky"``), or a conjugate-gradient solve per sweep that never
-        forms it (``"cg"``, for many coefficients; needs a proper prior on
-        every coefficient). ``"auto"``: ``"cg"`` when ``d > 2000``.
-    dtype : {"float64", "float32"}
-        Storage of the design for the compiled pass over the data;
-        ``"float32"`` halves the bytes read per sweep (arithmetic stays float64).
-    backend : Backend, optional
-        Where the kernel runs: :class:`~pymc_sgs.backends.LocalBackend`
-        (default, this process) or :class:`~pymc_sgs.backends.DaskBackend`
-        (the z-block on row shards held by Dask workers; docs: "Distributed
-        sampling").
-    split : {"observations", "shards"}
-        Splitting strategy of the paper (Section 5.3.1). ``"observations"``
-        (strategy 1, default): one scalar ``z_i`` per observation, ``A_i = x_i^T``.
-        ``"shards"`` (strategy 2): the rows are cut into ``n_shards`` contiguous
-        shards, one ``z_s in R^d`` per shard with ``A_s = I_d``, drawn exactly
-        by the d-dimensional rejection sampler of Proposition 3
-        (:class:`pymc_sgs.shards.ShardKernel`). It needs a fixed scalar
-        ``rho``, ``alpha=0``, ``exact=False`` and a single split likelihood;
-        importance weights are not available (``log_weight`` is nan).
-    n_shards : int, optional
-        Number of shards ``b`` for ``split="shards"`` (required there, not
-        allowed otherwise).
+        records them on the first swept draw at least k draws after the last
+        weighted one, after tuning (the others get nan; :func:`psis_summary`
+        uses the weighted draws): since successive draws are correlated,
+        thinning the weights by less than about half the integrated
+        autocorrelation time loses little precision and saves most of their
+        cost. ``False`` skips them (incompatible with ``rho="auto"`` and
+        ``exact=True``).
+    init : {"laplace", "point"}
+        Where each chain's burn-in starts. ``"laplace"`` (default): at the
+        chain's first step, move the coefficients to a draw from the Laplace
+        approximation ``N(theta*, H^-1)`` of the posterior (Newton from
+        PyMC's initial point, with every prior and likelihood parameter at
+        its current value; :mod:`pymc_sgs.start`), so burn-in starts inside
+        the posterior instead of drifting there at a small rho. Falls back to
+        the initial point when it does not apply (kinked or non-log-concave
+        likelihoods, ``theta_solver="cg"``) or the Newton search fails. With a
+        sharded back end the Newton passes run on the shards. ``"point"``:
+        start at PyMC's initial point.
     center : bool
         Centre the split potentials at the MAP before sampling
         (:func:`pymc_sgs.centering.center_problem`): ``pi`` is unchanged,
         ``pi_rho`` becomes the smoothing of potentials whose minima all sit at
         the MAP (the paper's assumption). Needs a proper Normal prior on every
         coefficient, fixed Normal sigmas and no hierarchical prior scales.
-    init : {"laplace", "point"}
-        Where each chain's burn-in starts. ``"laplace"`` (default): at the
-        first tuning step, move the coefficients to a draw from the Laplace
-        approximation ``N(theta*, H^-1)`` of the posterior (Newton from
-        PyMC's initial point, with every prior and likelihood parameter at
-        its current value; :mod:`pymc_sgs.start`), so burn-in and the tuning
-        of rho start inside the posterior instead of drifting there at a
-        small rho. Falls back to the initial point when it does not apply
-        (kinked or non-log-concave likelihoods, ``theta_solver="cg"``, no
-        tuning) or the Newton search fails. With a sharded back end the
-        Newton passes run on the shards.
-        ``"point"``: start at PyMC's initial point.
-    shift : bool
-        Add, before every sweep, a Metropolis–Hastings move of ``(theta, z)``
-        along ``(delta, A delta)``, which leaves the split model invariant and
-        proposes from the Laplace approximation of the posterior, centred at
-        its first-order mean rather than its mode
-        (:mod:`pymc_sgs.shift`): theta then decorrelates in about one
-        accepted move instead of the ``1 / (rho sqrt(U''))`` sweeps of plain
-        SGS, without changing the target, the weights or the bias
-        certificate. Default True; applies where the Laplace approximation
-        is available (see ``init``) and ``exact=False``. The acceptance is
-        the sampler stat ``shift_accept`` (nan where no move was made).
-    shift_moves : "auto" or int
-        Shift moves per sweep (1 to 20). ``"auto"`` (default) tunes it with
-        the acceptance during tuning: enough moves that all of them are
-        rejected in at most 8% of the sweeps, at most 3
-        (:func:`pymc_sgs.shift.moves_for_acceptance`; logistic n=1e4 d=100:
-        acceptance 0.63, minimum ESS 243 -> 436 per 1000 draws with two
-        moves for 6% more time). Sampler stat ``shift_moves``.
-    shift_relaxation : float
-        In ``[0, 1)``. Where the shift proposal is accepted at least 90% of the
-        time during tuning and one move per sweep is allowed (``shift_moves``
-        ``"auto"`` or 1), the sweep makes one over-relaxed move instead:
-        theta is proposed at ``centre - shift_relaxation (theta - centre)`` plus
-        Laplace noise of the matching smaller scale, still reversible for the
-        Laplace approximation and accepted by Metropolis-Hastings, so the
-        target is unchanged. Successive draws become anti-correlated, which
-        helps posterior means more than quantiles: at the default 0.3,
-        logistic and Poisson regression with n=1e5, d=10 gave 1.6-1.7x the
-        bulk ESS per draw of independent proposals and 0.87-1.05x the tail
-        ESS, at the same cost (``benchmarks/shift_mixing.py``). Sampler stat
-        ``shift_beta`` (``-shift_relaxation`` in that regime, otherwise 0
-        or, for a poorly approximated posterior, a positive persistence).
-        ``0`` turns it off.
-    sweep_every : "auto" or int
-        Draws per z/theta sweep while the shift move is in use; the draws in
-        between are made by the shift move alone (a chain of draws each of
-        which leaves the split model invariant, so the target is unchanged).
-        With the move doing the mixing, a sweep's job is to refresh the
-        residuals ``z - A theta`` the move conditions on, whose effect on
-        theta is of order ``rho^2 U''`` of its variance, so draws between
-        sweeps are about as good as swept ones for a third of the cost.
-        ``"auto"`` (default): 4 after a tuning of at least 100 draws (1 during
-        it), the same schedule in every chain; 1 where the move is not used or
-        cannot make the draws in between (no split term; a prior scale, sigma
-        or likelihood parameter updated between draws). The importance weights and the z-move stats come from
-        the swept draws only (``log_weight`` and ``z_accept`` are nan on the
-        others; :func:`psis_summary` uses the weighted draws), and rho="auto"
-        adapts over windows of draws, not of weights. Sampler stat ``swept``
-        (1 on a draw with a sweep). Values above 1 need ``shift=True`` and
-        ``exact=False``.
+    backend : Backend, optional
+        Where the kernel runs and how it stores and solves:
+        :class:`~pymc_sgs.backends.LocalBackend` (default, this process;
+        ``theta_solver`` and ``dtype`` are its options) or
+        :class:`~pymc_sgs.backends.DaskBackend` (the z-block on row shards
+        held by Dask workers; docs: "Distributed sampling").
+    model : pm.Model, optional
+    rng : numpy.random.Generator or seed, optional
+        PyMC replaces it by a per-chain Generator through :meth:`set_rng`.
+
+    The keywords ``exact_sweeps``, ``shift_moves``, ``shift_relaxation``,
+    ``sweep_every``, ``theta_solver``, ``dtype``, ``split``, ``n_shards``,
+    ``split_gaussian`` and ``blocked`` of the previous release still work,
+    with a ``FutureWarning`` naming their replacement (:mod:`pymc_sgs.options`);
+    the paper's splitting strategy 2 is :class:`BlockSplitGibbs`.
 
     Notes
     -----
@@ -298,6 +249,8 @@ class SplitGibbs(BlockedStep):
         if kwargs.pop("_unpickle", False):
             # pickle.loads (__getnewargs_ex__): every attribute follows in the state
             return object.__new__(cls)
+        # deprecated: blocked=False would make PyMC's BlockedStep build one step per variable
+        kwargs.pop("blocked", None)
         # no model given nor on the context stack (bmb.Model(...).fit(step=SplitGibbs())):
         # pm.sample builds the step in its model (pymc_sgs.deferred)
         if kwargs.get("model") is None and pm.Model.get_context(error_if_none=False) is None:
@@ -319,27 +272,51 @@ class SplitGibbs(BlockedStep):
         vars=None,
         *,
         rho="auto",
-        alpha: float = -0.99,
         bias_tol: float = 0.1,
-        exact: bool = False,
-        exact_sweeps: int = 10,
+        alpha: float = -0.99,
+        exact: bool | ExactOptions = False,
+        shift: bool | ShiftOptions = True,
         log_weights: bool | int = True,
-        model=None,
-        rng=None,
-        split_gaussian: bool = False,
-        theta_solver: str = "auto",
-        dtype: str = "float64",
-        blocked: bool = True,
-        backend=None,
-        split: str = "observations",
-        n_shards: int | None = None,
-        center: bool = False,
         init: str = "laplace",
-        shift: bool = True,
-        shift_moves="auto",
-        shift_relaxation: float = 0.3,
-        sweep_every="auto",
+        center: bool = False,
+        backend: Backend | None = None,
+        model: pm.Model | None = None,
+        rng: np.random.Generator | int | None = None,
+        _split_gaussian: bool = False,
+        **legacy,
+    ) -> None:
+        self._setup(vars, **_flat_options(
+            type(self).__name__, rho=rho, bias_tol=bias_tol, alpha=alpha, exact=exact,
+            shift=shift, log_weights=log_weights, init=init, center=center, backend=backend,
+            model=model, rng=rng, split_gaussian=_split_gaussian, legacy=legacy,
+        ))
+
+    def _setup(
+        self,
+        vars,
+        *,
+        rho,
+        alpha,
+        bias_tol,
+        exact,
+        exact_sweeps,
+        log_weights,
+        model,
+        rng,
+        split_gaussian,
+        theta_solver,
+        dtype,
+        backend,
+        split,
+        n_shards,
+        center,
+        init,
+        shift,
+        shift_moves,
+        shift_relaxation,
+        sweep_every,
     ):
+        """The constructor proper, on the flat options of :func:`_flat_options`."""
         # parameters are checked before the model is read, so mistakes surface at once
         if backend is None:
             backend = LocalBackend()
@@ -911,24 +888,70 @@ class SplitGibbs(BlockedStep):
         return Competence.COMPATIBLE
 
 
-def _warn_user(message: str, category=None) -> None:
-    """``warnings.warn`` attributed to the first frame outside pymc_sgs, PyMC and PyTensor.
+class BlockSplitGibbs(SplitGibbs):
+    """Splitting strategy 2 of the paper: one ``z_s in R^d`` per block of rows.
 
-    A fixed ``stacklevel`` points into ``pymc/sampling/mcmc.py``, whose depth depends on how
-    the chain runs; the user's own line (their ``pm.sample`` call) is what a reader needs.
+    The rows are cut into ``n_blocks`` contiguous blocks, each with its own auxiliary
+    ``z_s`` and ``A_s = I_d`` (Vono, Paulin & Doucet 2022, Section 5.3.1), drawn exactly by
+    the d-dimensional rejection sampler of their Proposition 3
+    (:class:`pymc_sgs.shards.ShardKernel`). It needs a single smooth log-concave split
+    likelihood with fixed parameters, takes a fixed scalar ``rho``, and records no
+    importance weights (``log_weight`` is nan); it exists to reproduce the paper's
+    comparisons (``examples/paper/strategy_mixing.py``). :class:`SplitGibbs`'s strategy 1
+    (one scalar ``z_i`` per row) mixes faster per unit of work on every GLM measured there.
+
+    Parameters
+    ----------
+    vars : list, optional
+    n_blocks : int
+        Number of blocks ``b``, at most the number of rows.
+    rho : float
+        The coupling (a positive scalar).
+    model : pm.Model, optional
+    rng : numpy.random.Generator or seed, optional
     """
-    import sys
 
-    skip = ("pymc_sgs", "pymc", "pytensor", "bambi", "arviz")
-    frame, level = sys._getframe(1), 1
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.split(".")[0] not in skip:
-            break
-        frame, level = frame.f_back, level + 1
-    if frame is None:
-        level = 2
-    warnings.warn(message, category or SamplerFeedbackWarning, stacklevel=level + 1)
+    def __init__(self, vars=None, *, n_blocks: int, rho: float, model=None, rng=None) -> None:
+        options = _flat_options(
+            type(self).__name__, rho=rho, bias_tol=0.1, alpha=0.0, exact=False, shift=False,
+            log_weights=True, init="laplace", center=False, backend=None, model=model,
+            rng=rng, split_gaussian=False, legacy={},
+        )
+        self._setup(vars, **{**options, "split": "shards", "n_shards": n_blocks})
+
+
+def _flat_options(cls_name, *, rho, bias_tol, alpha, exact, shift, log_weights, init, center,
+                  backend, model, rng, split_gaussian, legacy) -> dict:
+    """The public arguments (and deprecated keywords) as the flat options of ``_setup``.
+
+    A deprecated keyword overrides what the new argument says (it was given explicitly), and
+    goes through the same checks, with the same messages, as before.
+    """
+    legacy = resolve_legacy(cls_name, legacy)
+    exact_opts = resolve_move("exact", exact, ExactOptions)
+    shift_opts = resolve_move("shift", shift, ShiftOptions)
+    exact_default = exact_opts or ExactOptions()
+    shift_default = shift_opts or ShiftOptions()
+    legacy.pop("blocked", None)  # SplitGibbs is always blocked (__new__ dropped it)
+    return dict(
+        rho=rho, bias_tol=bias_tol, alpha=alpha, exact=exact_opts is not None,
+        exact_sweeps=legacy.get("exact_sweeps", exact_default.sweeps),
+        log_weights=log_weights, model=model, rng=rng,
+        split_gaussian=legacy.get("split_gaussian", split_gaussian),
+        theta_solver=legacy.get("theta_solver", getattr(backend, "theta_solver", "auto")),
+        dtype=legacy.get("dtype", getattr(backend, "dtype", "float64")),
+        backend=backend, split=legacy.get("split", "observations"),
+        n_shards=legacy.get("n_shards"), center=center, init=init,
+        shift=shift_opts is not None,
+        shift_moves=legacy.get("shift_moves", shift_default.moves),
+        shift_relaxation=legacy.get("shift_relaxation", shift_default.relaxation),
+        sweep_every=legacy.get("sweep_every", shift_default.sweep_every),
+    )
+
+
+def _warn_user(message: str, category=None) -> None:
+    """:func:`pymc_sgs.user_warnings.warn_user`, a :class:`SamplerFeedbackWarning` by default."""
+    warn_user(message, category or SamplerFeedbackWarning)
 
 
 def _validate_sweep_every(sweep_every, without_shift: str | None):

@@ -75,32 +75,10 @@ class CategoricalSplitGibbs(SplitGibbs):
 
     _state_class = CategoricalSplitGibbsState
 
-    def __init__(
-        self,
-        vars=None,
-        *,
-        rho="auto",
-        alpha: float = -0.99,
-        bias_tol: float = 0.1,
-        exact: bool = False,
-        exact_sweeps: int = 10,
-        log_weights: bool | int = True,
-        model=None,
-        rng=None,
-        split_gaussian: bool = False,
-        theta_solver: str = "auto",
-        dtype: str = "float64",
-        blocked: bool = True,
-        backend=None,
-        split: str = "observations",
-        n_shards: int | None = None,
-        center: bool = False,
-        init: str = "laplace",
-        shift: bool = True,
-        shift_moves="auto",
-        shift_relaxation: float = 0.3,
-        sweep_every="auto",
-    ):
+    def _setup(self, vars, *, rho, alpha, bias_tol, exact, exact_sweeps, log_weights, model, rng,
+               split_gaussian, theta_solver, dtype, backend, split, n_shards, center, init, shift,
+               shift_moves, shift_relaxation, sweep_every):
+        """The constructor proper (``SplitGibbs.__init__`` maps the public arguments here)."""
         where = "for a pm.Categorical (multinomial logit) likelihood"
         self.auto_rho = isinstance(rho, str) and rho == "auto"
         if not self.auto_rho:

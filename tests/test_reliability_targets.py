@@ -252,9 +252,11 @@ def test_proper_posteriors_with_flat_priors_are_accepted():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(exact="False"), "exact must be True or False; received 'False'"),
+        (dict(exact="False"), r"exact must be True, False or a pymc_sgs.ExactOptions\(...\); "
+                              "received 'False'"),
         (dict(center="no"), "center must be True or False; received 'no'"),
-        (dict(shift="True"), "shift must be True or False; received 'True'"),
+        (dict(shift="True"), r"shift must be True, False or a pymc_sgs.ShiftOptions\(...\); "
+                             "received 'True'"),
         (dict(alpha="-0.5"), r"alpha must be a number in \(-1, 1\); received '-0.5'"),
         (dict(bias_tol="0.1"), r"bias_tol must be a number in \(0, 1\); received '0.1'"),
         (dict(alpha=True), r"alpha must be a number in \(-1, 1\); received True"),

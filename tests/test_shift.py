@@ -191,7 +191,7 @@ def test_shift_speeds_up_mixing_and_agrees_with_plain_sgs():
 
 def test_shift_is_checked_and_skipped_where_it_does_not_apply():
     model = _logistic_model(n=50)
-    with model, pytest.raises(ValueError, match="shift must be True or False; received 'yes'"):
+    with model, pytest.raises(ValueError, match=r"shift must be True, False or a pymc_sgs.ShiftOptions\(...\); received 'yes'"):
         pymc_sgs.SplitGibbs(shift="yes")
     # exact mode targets Pi_rho * w, for which the move is not reversible: it is not used
     idata = _run(model, rho=0.3, exact=True, exact_sweeps=2)

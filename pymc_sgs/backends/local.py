@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..kernel import SplitGibbsKernel
+from ..kernel import SplitGibbsKernel, validate_theta_solver
 from .base import Backend, check_sharded_options
 from .shard import ShardWorker, split_rows
 from .sharded import ShardedKernel
@@ -54,14 +54,34 @@ class LocalBackend(Backend):
         :class:`~pymc_sgs.backends.DaskBackend` cuts them, so the draws equal
         those of a Dask run with the same seed and number of shards (a
         reference for testing and debugging the distributed path).
+    theta_solver : {"auto", "cholesky", "cg"}
+        How ``theta | z`` is drawn: one Cholesky factor of the d x d precision
+        (``"cholesky"``), or a conjugate-gradient solve per sweep that never
+        forms it (``"cg"``, for many coefficients; needs a proper prior on
+        every coefficient). ``"auto"``: ``"cg"`` when ``d > 2000``. Sharded
+        kernels factor the reduced d x d Gram matrix.
+    dtype : {"float64", "float32"}
+        Storage of the design for the compiled pass over the data;
+        ``"float32"`` halves the bytes read per sweep (arithmetic stays
+        float64). Sharded kernels use float64.
     """
 
-    def __init__(self, n_shards=None):
+    def __init__(self, n_shards=None, *, theta_solver: str = "auto", dtype: str = "float64"):
         if n_shards is not None and (
             isinstance(n_shards, bool) or not isinstance(n_shards, int) or n_shards < 1
         ):
             raise ValueError(f"n_shards must be None or a positive integer; received {n_shards!r}.")
+        validate_theta_solver(theta_solver)
+        if dtype not in ("float64", "float32"):
+            raise ValueError(
+                f"dtype must be 'float64' or 'float32' (storage of the design for the compiled "
+                f"pass); received {dtype!r}."
+            )
+        if n_shards is not None:
+            check_sharded_options(theta_solver, dtype, f"LocalBackend(n_shards={n_shards})")
         self.n_shards = n_shards
+        self.theta_solver = theta_solver
+        self.dtype = dtype
         self.per_row_rho = n_shards is None
 
     def build_kernel(self, problem, rho, alpha, log_weights, theta_solver="auto",
@@ -75,4 +95,7 @@ class LocalBackend(Backend):
         return ShardedKernel(problem, InProcessShards(workers), rho, alpha, log_weights)
 
     def describe(self) -> str:
-        return "LocalBackend()" if self.n_shards is None else f"LocalBackend(n_shards={self.n_shards})"
+        args = [f"n_shards={self.n_shards}"] if self.n_shards is not None else []
+        args += [f"theta_solver={self.theta_solver!r}"] if self.theta_solver != "auto" else []
+        args += [f"dtype={self.dtype!r}"] if self.dtype != "float64" else []
+        return f"LocalBackend({', '.join(args)})"
