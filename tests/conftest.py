@@ -1,8 +1,3 @@
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
 import arviz as az
 
 # arviz 0.23.4's numba path of mcse(method="sd") fails on numpy >= 2.4 (float() of a

@@ -10,7 +10,7 @@ from scipy.integrate import quad
 from scipy.stats import norm
 
 import pymc_sgs
-from posteriordb_cases import build_model, load_reference
+from .posteriordb_cases import build_model, load_reference
 from pymc_sgs.families import FAMILIES
 from pymc_sgs.weights import smoothed_log_likelihood
 

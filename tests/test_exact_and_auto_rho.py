@@ -7,7 +7,7 @@ import pymc as pm
 import pytest
 
 import pymc_sgs
-from posteriordb_cases import build_model, load_reference
+from .posteriordb_cases import build_model, load_reference
 from pymc_sgs.rho import RhoTuner
 
 

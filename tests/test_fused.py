@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from engine_runs import assert_engines_agree, run_both_engines
+from .engine_runs import assert_engines_agree, run_both_engines
 
 from pymc_sgs.families import FAMILIES
 from pymc_sgs.kernel import SplitGibbsKernel

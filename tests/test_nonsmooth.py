@@ -18,7 +18,7 @@ import pymc as pm
 import pytest
 from scipy import integrate, stats
 
-from engine_runs import assert_engines_agree, run_both_engines
+from .engine_runs import assert_engines_agree, run_both_engines
 
 import pymc_sgs
 from pymc_sgs import UnsupportedModelError

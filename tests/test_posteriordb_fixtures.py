@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from posteriordb_cases import CASES, _dogs_design, build_model, load_data, load_reference
+from .posteriordb_cases import CASES, _dogs_design, build_model, load_data, load_reference
 
 # (n observations, d regression coefficients incl. intercept), from the
 # posteriordb extraction README.

@@ -15,7 +15,7 @@ import pymc as pm
 import pytest
 
 import pymc_sgs
-from posteriordb_cases import build_model, load_reference
+from .posteriordb_cases import build_model, load_reference
 
 Z_MAX = 4.5
 

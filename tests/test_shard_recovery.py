@@ -10,7 +10,7 @@ move cut short, and stop (keeping the draws) where a shard cannot be rebuilt.
 import numpy as np
 import pymc as pm
 import pytest
-from test_distributed import P, _data, _model, _posterior_mean_check, _sample
+from .test_distributed import P, _data, _model, _posterior_mean_check, _sample
 
 import pymc_sgs
 from pymc_sgs.backends import (LocalBackend, SamplingStopped, ShardedKernel, ShardLostError,

@@ -11,8 +11,8 @@ import pytest
 import pymc_sgs
 from pymc_sgs.rho import RhoTuner
 from pymc_sgs.step import AUTO_SWEEP_EVERY
-from test_sampler import _gaussian_glm, _gaussian_posterior as _posterior
-from test_shift import _logistic_model
+from .test_sampler import _gaussian_glm, _gaussian_posterior as _posterior
+from .test_shift import _logistic_model
 
 Z_MAX = 4.5
 

@@ -10,7 +10,7 @@ from pymc_sgs.families import FAMILIES
 from pymc_sgs.kernel import SplitGibbsKernel
 from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
 from pymc_sgs.theta_cg import CGThetaConditional
-from test_conditionals import ALPHA, THETA_KINDS, make_theta_case, reference_Qb, whitening_pvalues
+from .test_conditionals import ALPHA, THETA_KINDS, make_theta_case, reference_Qb, whitening_pvalues
 
 N_DRAWS = 4000
 
