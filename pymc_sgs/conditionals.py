@@ -364,8 +364,8 @@ def triangular_solve(lower_f, b, trans: bool = False) -> np.ndarray:
     """``L^-1 b`` (or ``L^-T b``) for a lower-triangular ``L`` stored in Fortran order.
 
     BLAS ``dtrsv`` directly: the same result as :func:`scipy.linalg.solve_triangular`
-    without its ~15 us of argument checks, which were a measurable part of a sweep at
-    small n (two solves per theta-step, one per shift move).
+    without its argument checks, which were a measurable part of a sweep at small n (two
+    solves per theta-step, one per shift move; ``benchmarks/sweep_cost.py`` times a sweep).
     """
     return dtrsv(lower_f, np.ascontiguousarray(b, dtype=np.float64), lower=1, trans=1 if trans else 0)
 

@@ -357,7 +357,7 @@ class SplitGibbsKernel:
                 acc += m
             elif fam.log_concave:
                 # in row blocks: the vectorised rejection sampler keeps about a dozen temporaries
-                # of its input's length (a peak of 1.4 x the design at n = 1e6, d = 10)
+                # of its input's length (benchmarks/sweep_cost.py measures the peak memory)
                 for local in _blocks(m):
                     rows = slice(sl.start + local.start, sl.start + local.stop)
                     draw = sample_z_exact(

@@ -75,7 +75,8 @@ ALL_REJECTED = 0.08
 #: before a single over-relaxed move replaces several independent ones ...
 RELAX_ENTER = 0.9
 #: ... and the over-relaxed regime is left below this (hysteresis: over-relaxation itself lowers
-#: the acceptance by 1-2 points, which must not switch it off again)
+#: the acceptance a little, which must not switch it off again; benchmarks/shift_mixing.py
+#: measures the acceptance with and without it)
 RELAX_LEAVE = 0.85
 
 
@@ -225,10 +226,9 @@ def moves_for_acceptance(accept: float) -> int:
 
     ``ceil(log(ALL_REJECTED) / log(1 - accept))``, from 1 to :data:`MAX_AUTO_MOVES`: one move
     when the Laplace proposal is accepted more than 92% of the time, two at 72-92%, three
-    below. A further move costs one pass over the data (a third to a half of a sweep), so it
-    pays when the previous ones were often rejected (logistic, n=1e4: d=10, acceptance 0.9,
-    minimum ESS per 1000 draws 638 -> 785 with two moves at the same wall time; d=100,
-    acceptance 0.63: 243 -> 436 with two moves, 565 with three, for 6% and 46% more time).
+    below. A further move costs one pass over the data (less than a sweep:
+    ``benchmarks/sweep_cost.py``), so it pays when the previous ones were often rejected
+    (``docs/how_it_works.rst`` quotes the measured gain in ESS per draw and time).
     """
     if not accept < 1.0:
         return 1
@@ -267,9 +267,9 @@ class ShiftMove:
     mean_correction : bool
         Shift that centre from the mode to the first-order mean
         (:func:`laplace_mean_offset`, computed once): the posterior of a GLM is skewed, and
-        in d dimensions the mode-to-mean distances add up (whitened, 1.2 for the
-        ill-conditioned logistic benchmark at d = 200, where this raises the acceptance
-        from 0.35 to 0.77).
+        in d dimensions the mode-to-mean distances add up, most on ill-conditioned designs
+        (the acceptance with and without it on ``benchmarks/compare.py``'s data:
+        ``docs/how_it_works.rst``).
     """
 
     kernel: object
@@ -325,7 +325,8 @@ class ShiftMove:
         residual ``r_i = z_i - a_i^T theta - o_i``, whose mode is about
         ``mean - H^-1 A^T (h * r)``, ``h_i = U_i''`` at the mode (one Newton step; the
         residuals are a few rho, so the step is small but, summed over many rows and
-        coefficients, worth 0.1-0.15 of acceptance at n/d = 100-200). With ``h_i``
+        coefficients, it raises the acceptance where n/d is small; ``docs/how_it_works.rst``
+        quotes measurements). With ``h_i``
         replaced by its mean ``h`` and a scalar rho, ``A^T r = rho^2 A^T (z - o) / rho^2 -
         A^T A theta`` costs two d x d products from quantities the kernel keeps (``A^T (z -
         o) / rho^2`` and ``A^T A``), no pass over the data. The residuals are unchanged by
@@ -438,8 +439,8 @@ class ShiftMove:
         over-relaxed move ``beta = -relaxation`` replaces the independent ones: on a nearly
         Gaussian posterior successive draws are then anti-correlated, as in Adler's
         over-relaxation, so posterior means converge faster (bulk ESS per draw
-        ``(1 - beta) / (1 + beta)`` times that of an independent draw for a Gaussian; the
-        tail ESS 0.87-1.05 times at ``relaxation=0.3``, ``benchmarks/shift_mixing.py``). Below
+        ``(1 - beta) / (1 + beta)`` times that of an independent draw for a Gaussian; the tail
+        ESS gains less or nothing: ``benchmarks/results/shift_mixing.md``). Below
         :data:`RELAX_LEAVE` the independent regime returns. Two over-relaxed moves per sweep
         would undo each other, so the regime makes exactly one.
         """
