@@ -7,7 +7,9 @@ imported on first use, so a Dask worker that only runs the kernel on its shard
 
 from importlib import import_module
 
-from .backends import Backend, DaskBackend, LocalBackend, ShardLostError
+from .backends import (
+    Backend, DaskBackend, LocalBackend, SamplingStopped, ShardLostError, ShardLostWarning,
+)
 from .families import FAMILIES, Family
 from .kernel import SGSInfo, SGSState, SplitGibbsKernel
 from .problem import GaussianTerm, SplitProblem, SplitTerm
@@ -57,6 +59,8 @@ __all__ = [
     "LocalBackend",
     "DaskBackend",
     "ShardLostError",
+    "ShardLostWarning",
+    "SamplingStopped",
     "psis_summary",
     "psis_weights",
     "RhoBiasWarning",

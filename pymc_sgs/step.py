@@ -785,7 +785,8 @@ class SplitGibbs(BlockedStep):
         """Warn once per chain when the acceptance rates say the settings are poor."""
         fb = self.feedback
         fb["draws"] += 1
-        if stats["swept"]:
+        # a swept draw whose z-move was dropped (a Dask shard rebuilt mid-step) has no z_accept
+        if stats["swept"] and np.isfinite(stats["z_accept"]):
             fb["swept"] += 1
             fb["z_accept"] += stats["z_accept"]
         if np.isfinite(stats["exact_accept"]):
