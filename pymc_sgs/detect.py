@@ -36,6 +36,7 @@ from .graph import (
     check_cast_nonfinite,
     check_no_other_dependants,
     coef_labels,
+    dependants,
     dist_name,
     free_rvs_in,
     gaussian_prior,
@@ -468,26 +469,20 @@ def _check_nuisance(model, terms, theta_set, nuisance_rvs, vars):
             )
     nuis = set(nuisance_rvs)
     owners = {t.rv for t in terms if t.nuisance}
-    for rv in model.basic_RVs:
-        if rv in owners or rv in nuis:
-            continue
-        deps = set(free_rvs_in(rv.owner.inputs[2:], model)) & nuis
-        if deps:
+    for var, deps, potential in dependants(model, nuis, skip=owners | nuis):
+        if potential:
             raise UnsupportedModelError(
-                f"variable {rv.name!r} depends on {sorted(d.name for d in deps)}, which "
-                "parametrise(s) a split likelihood (e.g. NegativeBinomial alpha, StudentT nu "
-                "or sigma); SplitGibbs updates such a parameter from that likelihood and its "
-                "prior only, so it must not be used elsewhere in the model. Use separate "
-                "variables, or sample this model with NUTS."
-            )
-    for pot in model.potentials:
-        deps = set(free_rvs_in([pot], model)) & nuis
-        if deps:
-            raise UnsupportedModelError(
-                f"pm.Potential {pot.name!r} involves {sorted(d.name for d in deps)}, which "
+                f"pm.Potential {var.name!r} involves {sorted(d.name for d in deps)}, which "
                 "parametrise(s) a split likelihood; SplitGibbs cannot include arbitrary "
                 "potentials. Sample this model with NUTS."
             )
+        raise UnsupportedModelError(
+            f"variable {var.name!r} depends on {sorted(d.name for d in deps)}, which "
+            "parametrise(s) a split likelihood (e.g. NegativeBinomial alpha, StudentT nu "
+            "or sigma); SplitGibbs updates such a parameter from that likelihood and its "
+            "prior only, so it must not be used elsewhere in the model. Use separate "
+            "variables, or sample this model with NUTS."
+        )
 
 
 def _check_identified(prior_precision, split_terms, gaussian_terms, theta_rvs):

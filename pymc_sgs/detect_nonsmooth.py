@@ -14,7 +14,7 @@ from pytensor.tensor.random.basic import LaplaceRV
 from pymc.distributions.continuous import AsymmetricLaplaceRV
 
 from .free_rate import FreeRate
-from .graph import UnsupportedModelError, free_rvs_in, shape_of, value_of
+from .graph import UnsupportedModelError, dependants, free_rvs_in, shape_of, value_of
 from .nonsmooth import AsymmetricLaplaceIdentity, LaplacePrior
 from .problem import SplitTerm
 
@@ -108,21 +108,17 @@ def _free_rate(rv, b_graph, model, y, theta_rvs, term_index):
             "one free scalar variable for b."
         )
     # phi's conditional must be its prior times this likelihood only
-    for other in model.basic_RVs:
-        if other is rv or other is phi:
-            continue
-        if phi in free_rvs_in(other.owner.inputs[2:], model):
+    for other, _, potential in dependants(model, [phi], skip=[rv, phi]):
+        if potential:
             raise UnsupportedModelError(
-                f"{where} depends on {phi.name!r}, which {other.name!r} also depends on; "
-                f"SplitGibbs updates {phi.name!r} from this likelihood and its prior only. Use a "
-                "separate variable for b, or sample this model with NUTS."
-            )
-    for pot in model.potentials:
-        if phi in free_rvs_in([pot], model):
-            raise UnsupportedModelError(
-                f"{where} depends on {phi.name!r}, which pm.Potential {pot.name!r} also "
+                f"{where} depends on {phi.name!r}, which pm.Potential {other.name!r} also "
                 "involves; SplitGibbs cannot include it. Sample this model with NUTS."
             )
+        raise UnsupportedModelError(
+            f"{where} depends on {phi.name!r}, which {other.name!r} also depends on; "
+            f"SplitGibbs updates {phi.name!r} from this likelihood and its prior only. Use a "
+            "separate variable for b, or sample this model with NUTS."
+        )
     value = model.rvs_to_values[phi]
     (b_val,) = model.replace_rvs_by_values([b_graph])
     rate_fn = pytensor.function([value], b_val, on_unused_input="ignore")

@@ -46,6 +46,7 @@ __all__ = [
     "coef_labels",
     "nonfinite_data",
     "user_theta_rvs",
+    "dependants",
     "check_no_other_dependants",
 ]
 
@@ -302,36 +303,51 @@ def user_theta_rvs(vars, model):
     return sorted(set(out), key=order.__getitem__)
 
 
+def dependants(model, targets, skip=()):
+    """What else in ``model`` depends on the free variables ``targets``.
+
+    Yields ``(variable, deps, is_potential)``: every basic variable not in ``skip`` whose
+    distribution parameters depend on some of ``targets`` (``deps``, a set), then every
+    ``pm.Potential`` that does, in the model's order.
+    """
+    targets = set(targets)
+    skip = set(skip)
+    for rv in model.basic_RVs:
+        if rv in skip:
+            continue
+        deps = set(free_rvs_in(rv.owner.inputs[2:], model)) & targets
+        if deps:
+            yield rv, deps, False
+    for pot in model.potentials:
+        deps = set(free_rvs_in([pot], model)) & targets
+        if deps:
+            yield pot, deps, True
+
+
 def check_no_other_dependants(model, theta_rvs, terms):
     """theta | z must only involve the recognised terms and theta's own priors."""
     theta_set = set(theta_rvs)
     recognised = {t.rv for t in terms}
-    for rv in model.basic_RVs:
-        if rv in recognised or rv in theta_set:
-            continue
-        deps = set(free_rvs_in(rv.owner.inputs[2:], model)) & theta_set
-        if deps and rv in model.free_RVs and (rv.name or "").endswith("_unobserved"):
-            base = rv.name[: -len("_unobserved")]
-            raise ValueError(
-                f"observed data of {base!r} contains NaN (missing values): PyMC imputes them as "
-                f"the free variable {rv.name!r}, which depends on the coefficient(s) "
-                f"{sorted(d.name for d in deps)} and which SplitGibbs cannot sample. Drop the "
-                "rows with missing observations (or impute them) before building the model."
-            )
-        if deps:
+    for var, deps, potential in dependants(model, theta_set, skip=recognised | theta_set):
+        if potential:
             raise UnsupportedModelError(
-                f"variable {rv.name!r} depends on the coefficient(s) {[d.name for d in deps]} "
-                "outside a supported likelihood (e.g. a coefficient used as a prior parameter), "
-                "so theta | z is not Gaussian. Sample this model with NUTS."
-            )
-    for pot in model.potentials:
-        deps = set(free_rvs_in([pot], model)) & theta_set
-        if deps:
-            raise UnsupportedModelError(
-                f"pm.Potential {pot.name!r} involves the coefficient(s) "
+                f"pm.Potential {var.name!r} involves the coefficient(s) "
                 f"{[d.name for d in deps]}; SplitGibbs cannot include arbitrary potentials. "
                 "Sample this model with NUTS."
             )
+        if var in model.free_RVs and (var.name or "").endswith("_unobserved"):
+            base = var.name[: -len("_unobserved")]
+            raise ValueError(
+                f"observed data of {base!r} contains NaN (missing values): PyMC imputes them as "
+                f"the free variable {var.name!r}, which depends on the coefficient(s) "
+                f"{sorted(d.name for d in deps)} and which SplitGibbs cannot sample. Drop the "
+                "rows with missing observations (or impute them) before building the model."
+            )
+        raise UnsupportedModelError(
+            f"variable {var.name!r} depends on the coefficient(s) {[d.name for d in deps]} "
+            "outside a supported likelihood (e.g. a coefficient used as a prior parameter), "
+            "so theta | z is not Gaussian. Sample this model with NUTS."
+        )
     for t in terms:
         extra = [r.name for r in free_rvs_in([t.eta], model) if r not in theta_set]
         if extra:
