@@ -109,7 +109,8 @@ def parse_args(argv=None):
     p.add_argument("--output", type=Path, default=None,
                    help=f"markdown results (default {RESULTS.relative_to(ROOT)} in full mode)")
     p.add_argument("--plot", type=Path, default=None,
-                   help=f"ESS/s plot (default {PLOT.relative_to(ROOT)}, next to --output)")
+                   help=f"ESS/s plot (default <output stem>_ess_per_s.png next to --output, i.e. "
+                        f"{PLOT.relative_to(ROOT)} for the default output)")
     args = p.parse_args(argv)
     explicit_cases = args.cases is not None
     if args.quick:
@@ -128,7 +129,8 @@ def parse_args(argv=None):
     args.min_ref_ess = args.min_ref_ess or 400.0
     args.max_ref_rhat = args.max_ref_rhat or 1.01
     if args.output is not None and args.plot is None:
-        args.plot = args.output.with_name(PLOT.name)
+        # next to --output, named after it (compare.md -> compare_ess_per_s.png)
+        args.plot = args.output.with_name(f"{args.output.stem}_ess_per_s.png")
     return args
 
 

@@ -47,26 +47,22 @@ import numpy as np  # noqa: E402
 _here = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
 sys.path.insert(0, str(_here.parent))
+sys.path.append(str(_here))  # appended: the harness package, after the dask `distributed`
+
+from harness.cases import split_problem  # noqa: E402
 
 from pymc_sgs.backends import DaskBackend  # noqa: E402
-from pymc_sgs.families import FAMILIES  # noqa: E402
 from pymc_sgs.kernel import SplitGibbsKernel  # noqa: E402
-from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm  # noqa: E402
 
 RHO, ALPHA = 0.3, -0.98
 
 
-def make_problem(n: int, d: int, seed: int = 0) -> SplitProblem:
+def make_problem(n: int, d: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) / np.sqrt(d)
     beta = rng.normal(size=d)
     y = rng.binomial(1, 1 / (1 + np.exp(-X @ beta))).astype(float)
-    return SplitProblem(
-        params=(ParamSlice("beta", (d,), 0, d),),
-        prior_mean=np.zeros(d),
-        prior_precision=np.eye(d) / 25.0,
-        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
-    )
+    return split_problem(X, y, 5.0)
 
 
 def time_sweeps(kernel, sweeps: int, blocks: int, seed: int = 1) -> float:

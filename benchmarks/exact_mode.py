@@ -25,9 +25,8 @@ import time
 import arviz as az
 import numpy as np
 
-from pymc_sgs.families import FAMILIES
+from harness.cases import split_problem
 from pymc_sgs.kernel import SGSState, SplitGibbsKernel
-from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
 
 az.Numba.disable_numba()
 
@@ -36,12 +35,7 @@ def _problem(n=10_000, d=10, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) / np.sqrt(d)
     y = rng.binomial(1, 1 / (1 + np.exp(-X @ rng.normal(size=d)))).astype(float)
-    return SplitProblem(
-        params=(ParamSlice("b", (d,), 0, d),),
-        prior_mean=np.zeros(d),
-        prior_precision=np.eye(d) / 25.0,
-        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
-    )
+    return split_problem(X, y, 5.0, name="b")
 
 
 def palindrome_step(k: SplitGibbsKernel, state: SGSState, rng, n_sweeps):

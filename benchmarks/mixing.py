@@ -38,7 +38,6 @@ import datetime  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import platform  # noqa: E402
 import resource  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
@@ -50,9 +49,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pymc_sgs.families import FAMILIES  # noqa: E402
+sys.path.append(str(Path(__file__).resolve().parent))
+
+from harness.cases import logistic_data as make_data  # noqa: E402
+from harness.cases import split_problem as make_problem  # noqa: E402
+from harness.report import versions  # noqa: E402
+
 from pymc_sgs.kernel import SplitGibbsKernel  # noqa: E402
-from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "mixing.md"
 
@@ -68,29 +71,6 @@ PROTOTYPE = {
 
 TARGET_RHO = 0.3
 TARGET_IAT = 20.0
-
-
-# --------------------------------------------------------------------------- data
-
-
-def make_data(n: int, d: int, seed: int):
-    """Logistic regression data: X ~ N(0, 1/d) entries, beta_true ~ N(0, 1)."""
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d)) / np.sqrt(d)
-    beta_true = rng.standard_normal(d)
-    eta = X @ beta_true
-    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-eta))).astype(float)
-    return X, y, beta_true
-
-
-def make_problem(X, y, prior_sd: float, family: str = "bernoulli") -> SplitProblem:
-    n, d = X.shape
-    return SplitProblem(
-        params=(ParamSlice("beta", (d,), 0, d),),
-        prior_mean=np.zeros(d),
-        prior_precision=np.eye(d) / prior_sd**2,
-        split_terms=(SplitTerm("y", FAMILIES[family], X, np.zeros(n), y),),
-    )
 
 
 # ------------------------------------------------------------------ NUTS reference
@@ -216,28 +196,6 @@ def fmt_alpha(a):
 
 
 # ------------------------------------------------------------------------- main
-
-
-def versions():
-    import arviz
-    import pymc
-    import pytensor
-    import scipy
-
-    import pymc_sgs
-
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()
-    except Exception:  # noqa: BLE001
-        commit = "unknown"
-    return (
-        f"python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}, "
-        f"pymc {pymc.__version__}, pytensor {pytensor.__version__}, arviz {arviz.__version__}, "
-        f"pymc_sgs {pymc_sgs.__version__} (git {commit})"
-    )
 
 
 def parse_args(argv=None):

@@ -47,8 +47,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.append(str(Path(__file__).resolve().parent))
 
-from compare import make_data as compare_data  # noqa: E402
-from mixing import make_data, make_problem  # noqa: E402
+from harness.cases import logistic_data as make_data  # noqa: E402
+from harness.cases import make_data as compare_data  # noqa: E402
+from harness.cases import split_problem as make_problem  # noqa: E402
 
 from pymc_sgs.kernel import SplitGibbsKernel  # noqa: E402
 from pymc_sgs.shift import ShiftMove  # noqa: E402

@@ -26,17 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.cases import split_problem
+from harness.report import git_commit as _git_commit
+
 RESULTS = Path(__file__).parent / "results"
-
-
-def _git_commit():
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
-    except Exception:  # not a git checkout
-        return "unknown"
 
 
 def _status_mb(field):
@@ -78,19 +71,10 @@ class _PeakSince:
 
 
 def _logistic_problem(n, d, seed=0):
-    from pymc_sgs.families import FAMILIES
-    from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
-
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d)) / np.sqrt(d)
     y = (rng.random(n) < 1 / (1 + np.exp(-(X @ rng.standard_normal(d))))).astype(float)
-    prob = SplitProblem(
-        params=(ParamSlice("b", (d,), 0, d),),
-        prior_mean=np.zeros(d),
-        prior_precision=np.eye(d) / 25.0,
-        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
-    )
-    return X, y, prob
+    return X, y, split_problem(X, y, 5.0, name="b")
 
 
 def _default_path(prob, d, sweeps, dtype="float64", shift=True):

@@ -15,7 +15,7 @@ the same per-draw overhead as ``pm.sample(step=pymc_sgs.SplitGibbs())``.
   reference ``N(c, H^-1)``, accepted with probability ``min(1, p(prop) N(theta) / (p(theta)
   N(prop)))`` (exact for pCN and independence proposals). ``beta = 0`` is the independence
   sampler.
-* Tuning (as :class:`pymc_sgs.shift.ShiftMove`, one move per draw): windows of 50 draws;
+* Tuning (:meth:`pymc_sgs.shift.ShiftMove.tune` itself, one move per draw): windows of 50 draws;
   mean acceptance >= 0.9 switches to the over-relaxed ``beta = -relaxation`` (0.3), which is
   kept while it stays >= 0.85; below 0.25 the proposal is made more local (``beta -> 1 -
   (1 - beta) / 2``), above 0.6 relaxed again.
@@ -32,8 +32,7 @@ from dataclasses import field
 import numpy as np
 import scipy.linalg
 
-RELAX_ENTER = 0.9
-RELAX_LEAVE = 0.85
+#: tuning window (draws), as ShiftMove.WINDOW
 WINDOW = 50
 
 
@@ -183,8 +182,9 @@ def _make_state_class():
     class LaplaceMHState(StepMethodState):
         tune: bool
         beta: float
+        window_accept: float = None
         _window: list = field(default_factory=list)
-        _regime: list = field(default_factory=list)
+        _regime_accept: list = field(default_factory=list)
         _last: tuple = None
 
     return LaplaceMHState
@@ -229,8 +229,11 @@ class LaplaceMH(_step_base()):
         self.ratio = ratio
         self.tune = tune
         self.beta = 0.0
+        # the attributes that ShiftMove.tune reads and writes (one move per draw)
+        self.moves, self._adapt_moves, self.WINDOW = 1, False, WINDOW
+        self.window_accept = None
         self._window = []
-        self._regime = []
+        self._regime_accept = []
         self._last = None
         self._chol_f = np.asfortranarray(self.laplace.chol)
         super().__init__(vars, shared, blocked=blocked, rng=rng)
@@ -277,28 +280,8 @@ class LaplaceMH(_step_base()):
         return RaveledVars(theta, q0.point_map_info), [stats]
 
     def _adapt(self, accept):
-        """:meth:`pymc_sgs.shift.ShiftMove.tune` with one move per draw."""
+        """:meth:`pymc_sgs.shift.ShiftMove.tune` itself, with one move per draw."""
+        from pymc_sgs.shift import ShiftMove
+
         self._window.append(accept)
-        if len(self._window) < WINDOW:
-            return
-        acc = float(np.mean(self._window))
-        self._regime.extend(self._window)
-        self._window = []
-        regime_acc = float(np.mean(self._regime))
-        relaxed = self.beta < 0.0
-        if self.relaxation > 0 and (regime_acc >= RELAX_ENTER
-                                    or (relaxed and regime_acc >= RELAX_LEAVE)):
-            if not relaxed:
-                self._regime = []
-            self.beta = -self.relaxation
-            return
-        if relaxed:
-            self._regime = []
-            self.beta = 0.0
-        if acc < 0.25:
-            self.beta = 1.0 - 0.5 * (1.0 - self.beta)
-        elif acc > 0.6 and self.beta > 0.0:
-            self.beta = max(0.0, 1.0 - 2.0 * (1.0 - self.beta))
-        if self.beta > 0.0:
-            self._regime = []
-        self.beta = min(self.beta, 0.999)
+        ShiftMove.tune(self)
