@@ -3,53 +3,45 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any
 
 import numpy as np
 
 import pymc as pm
-from pymc.step_methods.compound import BlockedStep, Competence, StepMethodState
+from pymc.step_methods.compound import StepMethodState
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator
-from pytensor.compile.sharedvalue import SharedVariable
 
 from .backends import Backend, LocalBackend
 from .backends.sharded import ShardedKernel, ShardedShiftMove
 from .centering import center_problem
 from .detect import detect_split_problem
+from .detect_multinomial import has_categorical_likelihood
 from .families import BernoulliLogit, BinomialLogit, NormalIdentity, PoissonLog
 from .kernel import (
     SGSInfo, SGSState, SplitGibbsKernel, validate_alpha, validate_rho, validate_theta_solver,
 )
 from .nonsmooth import PiecewiseLinearFamily
 from .nuisance import slice_sample
-from .shards import ShardKernel, validate_n_shards
 from .propriety import check_proper
 from .rho import RhoTuner, pilot_rho, validate_bias_tol
+from .shards import ShardKernel, validate_n_shards
 from .shift import ShiftMove, validate_shift, validate_shift_moves, validate_shift_relaxation
-from .options import ExactOptions, ShiftOptions, resolve_legacy, resolve_move
-from .user_warnings import warn_user
-from .validate import check_bool
 from .start import laplace_start, validate_init
+from .step_base import (  # noqa: F401 - SamplerFeedbackWarning and AUTO_RHO_START re-exported
+    AUTO_RHO_START, BaseSplitGibbs, SamplerFeedbackWarning, _data_fingerprints, _flat_options,
+    _validate_sweep_every, _validate_weight_options, _warn_user,
+)
+from .step_multinomial import CategoricalSplitGibbs
+from .validate import check_bool
 
-#: starting value of rho="auto" (in linear-predictor units) where the Laplace approximation
-#: is unavailable and the windowed tuner adapts rho on each chain
-AUTO_RHO_START = 0.5
 #: largest rho="auto" chooses, in units of the linear predictor's natural scale
 #: (:meth:`pymc_sgs.families.Family.eta_scale`): a nearly flat likelihood certifies any rho,
 #: and beyond this the z-draws are noise on a scale where the split buys nothing more
 AUTO_RHO_MAX = 10.0
-#: rho="auto" with the Laplace approximation: the warning threshold on the tuning draws'
-#: estimated sd(w~), as a multiple of bias_tol (the estimate's own error is ~10% at 500 draws)
-RHO_CHECK_FACTOR = 1.5
-#: weighted tuning draws (past the burn-in) below which that check is not made, with a warning
-RHO_CHECK_MIN_DRAWS = 100
 #: tuning draws sweep_every="auto" needs before it thins the sweeps: the shift move tunes its
 #: moves and relaxation over the first windows of tuning
 MIN_TUNE_FOR_THINNING = 100
-#: mean shift-move acceptance after tuning below which the step warns that it mixes slowly
-SHIFT_ACCEPT_WARN = 0.2
 #: draws per sweep with sweep_every="auto" after tuning: a shift
 #: move costs about 40% of a sweep, and with the move doing the mixing the draws between
 #: sweeps are as good as swept ones (ESS per draw unchanged from 1 to 8 draws per sweep on
@@ -57,10 +49,6 @@ SHIFT_ACCEPT_WARN = 0.2
 AUTO_SWEEP_EVERY = 4
 
 __all__ = ["SplitGibbs", "BlockSplitGibbs", "SamplerFeedbackWarning"]
-
-
-class SamplerFeedbackWarning(UserWarning):
-    """SplitGibbs's settings look poor for this model (low acceptance, short tuning)."""
 
 
 @dataclass_state
@@ -78,7 +66,7 @@ class SplitGibbsState(StepMethodState):
     shift_move: Any
 
 
-class SplitGibbs(BlockedStep):
+class SplitGibbs(BaseSplitGibbs):
     """Split Gibbs sampler (SGS) for the coefficients of a GLM.
 
     Reads the model graph, finds the observed GLM term(s) and the Gaussian
@@ -230,66 +218,16 @@ class SplitGibbs(BlockedStep):
        dimension-free convergence rate using ADMM-type splitting. JMLR 23.
     """
 
-    name = "split_gibbs"
-    default_blocked = True
-    stats_dtypes_shapes = {
-        "rho": (np.float64, []),
-        "z_proposals": (np.float64, []),
-        "z_accept": (np.float64, []),
-        "log_weight": (np.float64, []),
-        "exact_accept": (np.float64, []),
-        "shift_accept": (np.float64, []),
-        "shift_moves": (np.float64, []),
-        "shift_beta": (np.float64, []),
-        "swept": (np.float64, []),
-    }
     _state_class = SplitGibbsState
 
     def __new__(cls, *args, **kwargs):
-        if kwargs.pop("_unpickle", False):
-            # pickle.loads (__getnewargs_ex__): every attribute follows in the state
-            return object.__new__(cls)
-        # deprecated: blocked=False would make PyMC's BlockedStep build one step per variable
-        kwargs.pop("blocked", None)
-        # no model given nor on the context stack (bmb.Model(...).fit(step=SplitGibbs())):
-        # pm.sample builds the step in its model (pymc_sgs.deferred)
-        if kwargs.get("model") is None and pm.Model.get_context(error_if_none=False) is None:
-            from .deferred import DeferredStep
-
-            return DeferredStep(cls, args, kwargs)
         # a pm.Categorical likelihood (multinomial logit) has its own step: same arguments
-        if cls is SplitGibbs:
-            from .detect_multinomial import has_categorical_likelihood
-
+        if cls is SplitGibbs and "_unpickle" not in kwargs and (
+                kwargs.get("model") is not None
+                or pm.Model.get_context(error_if_none=False) is not None):
             if has_categorical_likelihood(kwargs.get("model")):
-                from .step_multinomial import CategoricalSplitGibbs
-
-                cls = CategoricalSplitGibbs
+                return CategoricalSplitGibbs(*args, **kwargs)
         return super().__new__(cls, *args, **kwargs)
-
-    def __init__(
-        self,
-        vars=None,
-        *,
-        rho="auto",
-        bias_tol: float = 0.1,
-        alpha: float = -0.99,
-        exact: bool | ExactOptions = False,
-        shift: bool | ShiftOptions = True,
-        log_weights: bool | int = True,
-        init: str = "laplace",
-        center: bool = False,
-        backend: Backend | None = None,
-        model: pm.Model | None = None,
-        rng: np.random.Generator | int | None = None,
-        _split_gaussian: bool = False,
-        **legacy,
-    ) -> None:
-        self._setup(vars, **_flat_options(
-            type(self).__name__, rho=rho, bias_tol=bias_tol, alpha=alpha, exact=exact,
-            shift=shift, log_weights=log_weights, init=init, center=center, backend=backend,
-            model=model, rng=rng, split_gaussian=_split_gaussian, legacy=legacy,
-        ))
 
     def _setup(
         self,
@@ -429,27 +367,6 @@ class SplitGibbs(BlockedStep):
         self._reset_chain_state()
         self.rng = get_random_generator(rng)
 
-    def __getnewargs_ex__(self):
-        # PyMC's BlockedStep re-creates a step from its constructor arguments, model included,
-        # and a PyMC model does not pickle (functools.partial in its graph); the step's own
-        # state is everything a copy needs
-        return (), {"_unpickle": True}
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state.pop("_BlockedStep__newargs", None)
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        # unpickled inside ``with model:``, the step samples that model's own variables
-        # (PyMC matches a step's variables by identity)
-        model = pm.Model.get_context(error_if_none=False)
-        if model is not None:
-            by_name = {v.name: v for v in model.value_vars}
-            if all(v.name in by_name for v in self.vars):
-                self.vars = [by_name[v.name] for v in self.vars]
-
     def __repr__(self) -> str:
         p = self.detected.problem
         # a likelihood parameter the step samples has no value to show, only its variable
@@ -587,7 +504,7 @@ class SplitGibbs(BlockedStep):
         if self.tune:
             self.feedback["tune_draws"] += 1
         else:
-            self._check_health(stats)
+            self._check_health(stats, state.theta)
         if self._nuisance_names:
             self.nuisance_out = {nm: np.array(point[nm], copy=True) for nm in self._nuisance_names}
         new_point = self._theta_to_point(state.theta, point)
@@ -729,20 +646,6 @@ class SplitGibbs(BlockedStep):
             self._set_families(point)
         return point
 
-    def set_rng(self, rng):
-        """PyMC hands every chain its Generator here, at the start of the chain.
-
-        The per-chain state starts afresh (z, rho='auto' tuning), so a step
-        object reused for another ``pm.sample`` call gives the same draws for
-        the same seed, and the data are re-checked at the chain's first step.
-        """
-        super().set_rng(rng)
-        self._reset_chain_state()
-        self._check_data = True
-        # a reused step ended its last run with tuning off; PyMC's worker processes do not
-        # switch it back on (stop_tuning comes before the first draw when tune=0)
-        self.tune = True
-
     def _reset_chain_state(self):
         self.z = self.z_mode = self.atz = None
         self.nuisance_out = None
@@ -752,75 +655,6 @@ class SplitGibbs(BlockedStep):
         # rho="auto": set at the chain's first step (_start_chain)
         self.rho_tuner = None
         self.rho_check = None
-
-    def _check_data_unchanged(self):
-        for observed, var, digest in self._data_fingerprints:
-            if isinstance(var, SharedVariable):
-                if _digest(var.get_value(borrow=True)) != digest:
-                    raise ValueError(
-                        f"the data container {var.name!r} changed (pm.set_data) after "
-                        "SplitGibbs was built; SplitGibbs reads the design and the data when "
-                        "it is constructed. Construct a new SplitGibbs after pm.set_data."
-                    )
-            elif _digest(var.data) != digest:
-                raise ValueError(
-                    f"an array of observed variable {observed!r} (shape {var.data.shape}, "
-                    f"{var.data.dtype}: its design, a predictor, an offset or the data) was "
-                    "modified in place after SplitGibbs was built; the model holds that array "
-                    "itself, while SplitGibbs read it when it was constructed. Construct a "
-                    "new SplitGibbs after changing the data (or build the model from a copy)."
-                )
-
-    #: draws after tuning at which the acceptance rates are checked
-    HEALTH_CHECK_DRAW = 200
-
-    @staticmethod
-    def _fresh_feedback() -> dict:
-        """Per-chain counters: post-tuning draws and sweeps, all iterations, acceptance sums."""
-        return {"draws": 0, "z_accept": 0.0, "exact_accept": 0.0, "warned": False,
-                "iterations": 0, "swept": 0, "tune_draws": 0, "next_weight": 0,
-                "shift_accept": 0.0, "shift_draws": 0}
-
-    def _check_health(self, stats):
-        """Warn once per chain when the acceptance rates say the settings are poor."""
-        fb = self.feedback
-        fb["draws"] += 1
-        # a swept draw whose z-move was dropped (a Dask shard rebuilt mid-step) has no z_accept
-        if stats["swept"] and np.isfinite(stats["z_accept"]):
-            fb["swept"] += 1
-            fb["z_accept"] += stats["z_accept"]
-        if np.isfinite(stats["exact_accept"]):
-            fb["exact_accept"] += stats["exact_accept"]
-        if np.isfinite(stats["shift_accept"]):
-            fb["shift_accept"] += stats["shift_accept"]
-            fb["shift_draws"] += 1
-        if fb["warned"] or fb["draws"] != self.HEALTH_CHECK_DRAW:
-            return
-        fb["warned"] = True
-        z_acc = fb["z_accept"] / max(fb["swept"], 1)
-        if z_acc < 0.5:
-            _warn_user(
-                f"SplitGibbs: mean acceptance of the over-relaxed z-moves is {z_acc:.2f} "
-                "(< 0.5): the Laplace approximation of z | theta is poor for these data. Use "
-                "a smaller rho, or alpha=0 (exact z-draws by rejection).",
-            )
-        if fb["shift_draws"]:
-            shift_acc = fb["shift_accept"] / fb["shift_draws"]
-            if shift_acc < SHIFT_ACCEPT_WARN:
-                _warn_user(
-                    f"SplitGibbs: mean acceptance of the shift move is {shift_acc:.2f} "
-                    f"(< {SHIFT_ACCEPT_WARN}): the Laplace approximation of the posterior is "
-                    "poor here, so the chain mixes slowly. Check the ESS; sweep_every=1 "
-                    "sweeps on every draw, or NUTS (nutpie) may be faster for this model.",
-                )
-        if self.exact:
-            ex_acc = fb["exact_accept"] / fb["draws"]
-            if ex_acc < 0.1:
-                _warn_user(
-                    f"SplitGibbs(exact=True): mean acceptance of the pi-correction is "
-                    f"{ex_acc:.2f} (< 0.1), so the chain rarely moves. Use a smaller rho (or "
-                    "rho='auto'), or fewer exact_sweeps.",
-                )
 
     def _sweep_stride(self) -> int:
         """Draws per sweep now: ``sweep_every``, or for ``"auto"`` :data:`AUTO_SWEEP_EVERY`
@@ -839,54 +673,8 @@ class SplitGibbs(BlockedStep):
             return 1
         return AUTO_SWEEP_EVERY
 
-    def stop_tuning(self):
-        """End of tuning: freeze rho (rho='auto') and check its bias certificate."""
-        if self.tune and self.rho_tuner is not None:
-            if self.rho_tuner.n_windows < 4:
-                _warn_user(
-                    f"SplitGibbs: rho='auto' adapted over only {self.rho_tuner.n_windows} "
-                    "window(s) of tuning draws, too few to certify the bias; increase tune "
-                    "(500 or more), or pass a fixed rho.",
-                )
-            self.kernel.set_rho(self.rho_tuner.finish())
-            self.log_weight, self.atz = float("nan"), None
-        if self.tune and self.rho_check is not None:
-            self._check_rho_certificate()
-        if self.shift_move is not None:
-            self.shift_move.freeze()
-        self.tune = False
-
-    def _check_rho_certificate(self):
-        """Warn when the tuning draws' weights say rho="auto" misses ``bias_tol``.
-
-        rho="auto" comes from the Laplace approximation of ``Var(log w)``; the chain's own
-        log weights (the last 80% of the tuning draws, past the burn-in) estimate the same
-        variance without that approximation.
-        """
-        lw = np.asarray(self.rho_check[len(self.rho_check) // 5:])
-        self.rho_check = None
-        if lw.size < RHO_CHECK_MIN_DRAWS:
-            _warn_user(
-                f"SplitGibbs: only {lw.size} tuning draws had importance weights, too few to "
-                f"check the bias certificate of rho={float(self.kernel.rho):.4g}; increase "
-                "tune (500 or more).",
-            )
-            return
-        sd_w = float(np.sqrt(np.expm1(np.var(lw, ddof=1))))
-        if sd_w > RHO_CHECK_FACTOR * self.bias_tol:
-            _warn_user(
-                f"SplitGibbs: at rho={float(self.kernel.rho):.4g} (rho='auto', from the Laplace "
-                f"approximation) the tuning draws' importance weights have sd(w/E w) = "
-                f"{sd_w:.3f}, above bias_tol={self.bias_tol:g}: the bias is not certified. "
-                "psis_summary(idata) removes it; or pass a smaller fixed rho (e.g. half).",
-            )
-
-    @staticmethod
-    def competence(var, has_grad):
-        """Compatible with continuous variables; never chosen automatically."""
-        if var.dtype in pm.discrete_types:
-            return Competence.INCOMPATIBLE
-        return Competence.COMPATIBLE
+# a Categorical model's SplitGibbs(...) is a CategoricalSplitGibbs (SplitGibbs.__new__)
+SplitGibbs.register(CategoricalSplitGibbs)
 
 
 class BlockSplitGibbs(SplitGibbs):
@@ -919,94 +707,6 @@ class BlockSplitGibbs(SplitGibbs):
             rng=rng, split_gaussian=False, legacy={},
         )
         self._setup(vars, **{**options, "split": "shards", "n_shards": n_blocks})
-
-
-def _flat_options(cls_name, *, rho, bias_tol, alpha, exact, shift, log_weights, init, center,
-                  backend, model, rng, split_gaussian, legacy) -> dict:
-    """The public arguments (and deprecated keywords) as the flat options of ``_setup``.
-
-    A deprecated keyword overrides what the new argument says (it was given explicitly), and
-    goes through the same checks, with the same messages, as before.
-    """
-    legacy = resolve_legacy(cls_name, legacy)
-    exact_opts = resolve_move("exact", exact, ExactOptions)
-    shift_opts = resolve_move("shift", shift, ShiftOptions)
-    exact_default = exact_opts or ExactOptions()
-    shift_default = shift_opts or ShiftOptions()
-    legacy.pop("blocked", None)  # SplitGibbs is always blocked (__new__ dropped it)
-    return dict(
-        rho=rho, bias_tol=bias_tol, alpha=alpha, exact=exact_opts is not None,
-        exact_sweeps=legacy.get("exact_sweeps", exact_default.sweeps),
-        log_weights=log_weights, model=model, rng=rng,
-        split_gaussian=legacy.get("split_gaussian", split_gaussian),
-        theta_solver=legacy.get("theta_solver", getattr(backend, "theta_solver", "auto")),
-        dtype=legacy.get("dtype", getattr(backend, "dtype", "float64")),
-        backend=backend, split=legacy.get("split", "observations"),
-        n_shards=legacy.get("n_shards"), center=center, init=init,
-        shift=shift_opts is not None,
-        shift_moves=legacy.get("shift_moves", shift_default.moves),
-        shift_relaxation=legacy.get("shift_relaxation", shift_default.relaxation),
-        sweep_every=legacy.get("sweep_every", shift_default.sweep_every),
-    )
-
-
-def _warn_user(message: str, category=None) -> None:
-    """:func:`pymc_sgs.user_warnings.warn_user`, a :class:`SamplerFeedbackWarning` by default."""
-    warn_user(message, category or SamplerFeedbackWarning)
-
-
-def _validate_sweep_every(sweep_every, without_shift: str | None):
-    """``"auto"`` or a positive integer; above 1 it needs the shift move.
-
-    ``without_shift`` says why the step makes no shift move (None: it makes one).
-    """
-    if isinstance(sweep_every, str) and sweep_every == "auto":
-        return "auto"
-    if (isinstance(sweep_every, (bool, np.bool_)) or not isinstance(sweep_every, (int, np.integer))
-            or sweep_every < 1):
-        raise ValueError(
-            f"sweep_every must be 'auto' or a positive integer; received {sweep_every!r}."
-        )
-    if sweep_every > 1 and without_shift is not None:
-        raise ValueError(
-            f"sweep_every={sweep_every} needs the shift move, which makes the draws between "
-            f"sweeps; received {without_shift}. Use sweep_every=1 (or 'auto')."
-        )
-    return int(sweep_every)
-
-
-def _validate_weight_options(exact, exact_sweeps, log_weights, auto_rho: bool) -> int:
-    """Check ``exact_sweeps`` and ``log_weights`` against ``exact`` and ``rho="auto"``.
-
-    Returns every how many draws the weights are recorded after tuning.
-    """
-    if (isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer))
-            or exact_sweeps < 1):
-        raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
-    weight_every = _validate_log_weights(log_weights)
-    if exact and weight_every > 1:
-        raise ValueError(
-            "exact=True needs the importance weight of every draw; received "
-            f"log_weights={log_weights!r}. Use log_weights=True."
-        )
-    if (auto_rho or exact) and not log_weights:
-        raise ValueError(
-            "log_weights=False is incompatible with rho='auto' and exact=True, which need "
-            "the importance weights; received log_weights=False."
-        )
-    return weight_every
-
-
-def _validate_log_weights(log_weights) -> int:
-    """Every how many draws the weights are recorded after tuning (0: never)."""
-    if isinstance(log_weights, (bool, np.bool_)):
-        return int(bool(log_weights))
-    if isinstance(log_weights, (int, np.integer)) and log_weights >= 1:
-        return int(log_weights)
-    raise ValueError(
-        "log_weights must be True, False or a positive integer k (record the weights on every "
-        f"k-th draw after tuning); received {log_weights!r}."
-    )
 
 
 #: families whose potential is linear in y (canonical links): shifting y centres them
@@ -1107,39 +807,3 @@ def _check_proper(detected) -> None:
             f"{p.name}[{', '.join(map(str, ix))}]" for ix in np.ndindex(*p.shape)]
     check_proper(problem, flat, labels)
 
-
-def _digest(value):
-    """Cheap fingerprint of an array: shape, dtype, sum and a strided sample."""
-    arr = np.asarray(value)
-    flat = arr.ravel()
-    sample = flat[:: max(1, flat.size // 4096)]
-    return (arr.shape, str(arr.dtype), float(np.sum(flat, dtype=float)) if flat.size else 0.0,
-            sample.tobytes())
-
-
-def _data_fingerprints(model):
-    """``(observed name, variable, fingerprint)`` of the data the observed terms read.
-
-    Every ``pm.Data`` container and every array constant (size > 1) among the ancestors of
-    an observed variable and of its data: PyMC keeps the user's own array in a constant when
-    it needs no conversion, so an in-place write would change the model behind the step.
-    """
-    from pytensor.graph.basic import Constant
-    from pytensor.graph.traversal import ancestors
-
-    out, seen = [], set()
-    for rv in model.observed_RVs:
-        for var in ancestors([rv, model.rvs_to_values[rv]]):
-            if id(var) in seen:
-                continue
-            if isinstance(var, SharedVariable) and isinstance(var.get_value(borrow=True),
-                                                               np.ndarray):
-                value = var.get_value(borrow=True)
-            elif isinstance(var, Constant) and isinstance(var.data, np.ndarray) \
-                    and var.data.size > 1:
-                value = var.data
-            else:
-                continue
-            seen.add(id(var))
-            out.append((rv.name, var, _digest(value)))
-    return out

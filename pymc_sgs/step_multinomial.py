@@ -24,8 +24,9 @@ from .multinomial import CategoricalSplitKernel, max_weight_classes
 from .rho import RhoTuner, validate_bias_tol
 from .shift import validate_shift, validate_shift_moves, validate_shift_relaxation
 from .start import validate_init
-from .step import (
-    AUTO_RHO_START, SplitGibbs, _data_fingerprints, _validate_sweep_every, _validate_weight_options,
+from .step_base import (
+    AUTO_RHO_START, BaseSplitGibbs, _data_fingerprints, _validate_sweep_every,
+    _validate_weight_options,
 )
 
 __all__ = ["CategoricalSplitGibbs"]
@@ -41,7 +42,7 @@ class CategoricalSplitGibbsState(StepMethodState):
     rho_tuner: Any
 
 
-class CategoricalSplitGibbs(SplitGibbs):
+class CategoricalSplitGibbs(BaseSplitGibbs):
     """:class:`~pymc_sgs.SplitGibbs` for a ``pm.Categorical`` likelihood with softmax logits.
 
     Built by ``SplitGibbs(...)`` itself; takes the same arguments. Supported:

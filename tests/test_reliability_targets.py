@@ -368,3 +368,22 @@ def test_repr_shows_what_is_known_not_starting_values():
         step = pymc_sgs.SplitGibbs()
     _sample(model, step, draws=10, tune=150, chains=1, cores=1)
     assert f"rho={float(step.kernel.rho):.4g} (auto)" in repr(step), repr(step)
+
+
+def test_exact_mode_that_mixes_badly_warns():
+    """Acceptance above 0.1 can still leave exact mode nearly stuck: the draws' ESS is checked."""
+    model = _logistic(n=200)
+    with model:
+        step = pymc_sgs.SplitGibbs(exact=True)
+    rng = np.random.default_rng(0)
+    stats = dict(swept=1.0, z_accept=0.9, exact_accept=0.3, shift_accept=float("nan"))
+    sticky = np.cumsum(rng.normal(scale=0.01, size=(step.HEALTH_CHECK_DRAW, 4)), axis=0)
+    with pytest.warns(pymc_sgs.SamplerFeedbackWarning, match="exact mode mixes badly"):
+        for theta in sticky:
+            step._check_health(stats, theta)
+    # negative control: independent draws
+    step.feedback = step._fresh_feedback()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pymc_sgs.SamplerFeedbackWarning)
+        for theta in rng.normal(size=(step.HEALTH_CHECK_DRAW, 4)):
+            step._check_health(stats, theta)
