@@ -17,11 +17,9 @@ from .backends.sharded import ShardedKernel, ShardedShiftMove
 from .centering import center_problem
 from .detect import detect_split_problem
 from .detect_multinomial import has_categorical_likelihood
-from .families import BernoulliLogit, BinomialLogit, NormalIdentity, PoissonLog
 from .kernel import (
     SGSInfo, SGSState, SplitGibbsKernel, validate_alpha, validate_rho, validate_theta_solver,
 )
-from .nonsmooth import PiecewiseLinearFamily
 from .nuisance import slice_sample
 from .propriety import check_proper
 from .rho import RhoTuner, pilot_rho, validate_bias_tol
@@ -42,10 +40,10 @@ AUTO_RHO_MAX = 10.0
 #: tuning draws sweep_every="auto" needs before it thins the sweeps: the shift move tunes its
 #: moves and relaxation over the first windows of tuning
 MIN_TUNE_FOR_THINNING = 100
-#: draws per sweep with sweep_every="auto" after tuning: a shift
-#: move costs about 40% of a sweep, and with the move doing the mixing the draws between
-#: sweeps are as good as swept ones (ESS per draw unchanged from 1 to 8 draws per sweep on
-#: benchmarks/compare.py's logistic cases), so 4 saves about 3/4 of the sweeps' cost
+#: draws per sweep with sweep_every="auto" after tuning: a shift move costs a fraction of a
+#: sweep, and with the move doing the mixing the draws between sweeps are about as good as
+#: swept ones (benchmarks/results/compare_sweep_every.md, benchmarks/sweep_cost.py), so 4
+#: saves most of the sweeps' cost
 AUTO_SWEEP_EVERY = 4
 
 __all__ = ["SplitGibbs", "BlockSplitGibbs", "SamplerFeedbackWarning"]
@@ -662,7 +660,7 @@ class SplitGibbs(BaseSplitGibbs):
         hyperparameters stay where the shift move's Laplace approximation was made, else 1.
 
         The rule reads nothing random, so every chain of a run has the same schedule (a rule on
-        the measured acceptance put one chain at stride 4 and another at 1 on the same data).
+        the measured acceptance put chains of one run on different strides).
         """
         if self.shift_move is None or self.exact:
             return 1
@@ -709,10 +707,6 @@ class BlockSplitGibbs(SplitGibbs):
         self._setup(vars, **{**options, "split": "shards", "n_shards": n_blocks})
 
 
-#: families whose potential is linear in y (canonical links): shifting y centres them
-_CENTERABLE = (BernoulliLogit, BinomialLogit, PoissonLog, NormalIdentity)
-
-
 def _centered(detected, owned=()):
     """The detected model with its split potentials centred at the MAP."""
     if owned:
@@ -722,7 +716,8 @@ def _centered(detected, owned=()):
             "center=False for this model."
         )
     other = [f"{t.name} ({t.family!r})" for t in detected.problem.split_terms
-             if not isinstance(t.family, _CENTERABLE)]
+             # canonical links: the potential is linear in y, so shifting y centres it
+             if not t.family.canonical_link]
     if other:
         raise ValueError(
             "center=True supports Bernoulli/Binomial-logit, Poisson-log and Normal terms, whose "
@@ -756,7 +751,7 @@ def _check_shards_model(detected, owned, backend, theta_solver, dtype):
             f"theta_solver={theta_solver!r}, dtype={dtype!r}. Leave them at their defaults."
         )
     kinked = [t.name for t in detected.problem.split_terms
-              if isinstance(t.family, PiecewiseLinearFamily) or not t.family.log_concave]
+              if t.family.piecewise_linear or not t.family.log_concave]
     if kinked:
         raise ValueError(
             f"split='shards' needs smooth log-concave potentials; received the terms {kinked}. "

@@ -27,7 +27,7 @@ __all__ = ["BaseSplitGibbs", "SamplerFeedbackWarning", "AUTO_RHO_START"]
 #: is unavailable and the windowed tuner adapts rho on each chain
 AUTO_RHO_START = 0.5
 #: rho="auto" with the Laplace approximation: the warning threshold on the tuning draws'
-#: estimated sd(w~), as a multiple of bias_tol (the estimate's own error is ~10% at 500 draws)
+#: estimated sd(w~), as a multiple of bias_tol (a margin for that estimate's own error)
 RHO_CHECK_FACTOR = 1.5
 #: weighted tuning draws (past the burn-in) below which that check is not made, with a warning
 RHO_CHECK_MIN_DRAWS = 100

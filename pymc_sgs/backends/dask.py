@@ -223,7 +223,8 @@ class DaskBackend(Backend):
                 "Pass the data through the model instead (DaskBackend without X and y)."
             )
         term = problem.split_terms[0]
-        if self.trials is None and term.family.name == "binomial":
+        # Binomial rows carry trials (an asymmetric Laplace's "trials" are its rates, in the model)
+        if self.trials is None and term.family.has_trials and not term.family.piecewise_linear:
             raise ValueError("trials must be given with X and y for a Binomial likelihood.")
         self._row_chunks = self.X.chunks[0] if _is_dask_array(self.X) else None
         X_f = self._chunk_futures(self.X)

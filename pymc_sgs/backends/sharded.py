@@ -40,7 +40,6 @@ import numpy as np
 
 from ..conditionals import GaussianThetaConditional
 from ..kernel import SGSInfo, SGSState, exact_proposal, mh_accept, validate_alpha
-from ..nonsmooth import PiecewiseLinearFamily
 from ..shift import ShiftMove, mean_offset_from_rhs
 from ..start import kernel_neg_log_posterior
 from ..weights import N_NODES
@@ -218,7 +217,7 @@ class ShardedKernel:
         # rows whose z | theta has no exact sampler (non-log-concave: moved by MH) cannot
         # be redrawn exactly, so losing them ends the run instead
         self._redrawable = all(
-            isinstance(t.family, PiecewiseLinearFamily) or t.family.log_concave
+            t.family.piecewise_linear or t.family.log_concave
             for t in problem.split_terms
         )
         # draws started (this chain, since construction) and which calls count them
