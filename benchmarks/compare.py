@@ -47,7 +47,6 @@ import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-
 ROOT = Path(__file__).resolve().parents[1]
 for _p in (ROOT, ROOT / "benchmarks"):
     if str(_p) not in sys.path:
@@ -72,45 +71,88 @@ PLOT = Path(__file__).resolve().parent / "results" / "compare_ess_per_s.png"
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help=f"CI smoke run (< 3 min): cases {QUICK_CASES}, 2 chains x 200 draws "
-                        "(200 tune); does not write the results files unless --output is given")
-    p.add_argument("--cases", nargs="+", default=None, choices=list(CASES), metavar="CASE",
-                   help=f"cases to run, in this order (default: full {FULL_CASES}; quick "
-                        f"{QUICK_CASES}); see --list-cases")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"CI smoke run (< 3 min): cases {QUICK_CASES}, 2 chains x 200 draws "
+        "(200 tune); does not write the results files unless --output is given",
+    )
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        default=None,
+        choices=list(CASES),
+        metavar="CASE",
+        help=f"cases to run, in this order (default: full {FULL_CASES}; quick "
+        f"{QUICK_CASES}); see --list-cases",
+    )
     p.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
     p.add_argument("--list-cases", action="store_true", help="print the cases and exit")
-    p.add_argument("--run-skipped", action="store_true",
-                   help="also run cases marked as skipped (logit-1e6-100)")
-    p.add_argument("--no-cap", action="store_true",
-                   help="run capped cases (logit-1e6-10) with --tune/--draws too")
+    p.add_argument(
+        "--run-skipped",
+        action="store_true",
+        help="also run cases marked as skipped (logit-1e6-100)",
+    )
+    p.add_argument(
+        "--no-cap",
+        action="store_true",
+        help="run capped cases (logit-1e6-10) with --tune/--draws too",
+    )
     p.add_argument("--chains", type=int, default=2, help="chains (= cores) for every sampler")
     p.add_argument("--tune", type=int, default=1000)
     p.add_argument("--draws", type=int, default=1000)
-    p.add_argument("--ref-draws", type=int, default=0,
-                   help="> 0: reference = a dedicated nutpie run (nutpie-lr on ill-conditioned "
-                        "cases) with --ref-chains chains of this many draws; 0 (default): the pool "
-                        "of the healthy exact-sampler runs of the case (leave-one-out)")
+    p.add_argument(
+        "--ref-draws",
+        type=int,
+        default=0,
+        help="> 0: reference = a dedicated nutpie run (nutpie-lr on ill-conditioned "
+        "cases) with --ref-chains chains of this many draws; 0 (default): the pool "
+        "of the healthy exact-sampler runs of the case (leave-one-out)",
+    )
     p.add_argument("--ref-chains", type=int, default=4)
     p.add_argument("--ref-tune", type=int, default=1000)
-    p.add_argument("--min-ref-ess", type=float, default=None,
-                   help="an exact run joins the pooled reference if its min bulk ESS >= this "
-                        "(default 400; quick 150) ...")
-    p.add_argument("--max-ref-rhat", type=float, default=None,
-                   help="... and max R-hat <= this (default 1.01; quick 1.05)")
+    p.add_argument(
+        "--min-ref-ess",
+        type=float,
+        default=None,
+        help="an exact run joins the pooled reference if its min bulk ESS >= this "
+        "(default 400; quick 150) ...",
+    )
+    p.add_argument(
+        "--max-ref-rhat",
+        type=float,
+        default=None,
+        help="... and max R-hat <= this (default 1.01; quick 1.05)",
+    )
     p.add_argument("--seed", type=int, default=2024, help="base seed of every run")
     p.add_argument("--data-seed", type=int, default=20220101)
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="seconds after which a sampler's worker is killed (reported as timeout)")
-    p.add_argument("--budget-min", type=float, default=None,
-                   help="drop (and report) the remaining cases once the elapsed time plus the "
-                        "case's estimated cost exceeds this many minutes (default: 60 in full "
-                        "mode, none with --quick or --cases)")
-    p.add_argument("--output", type=Path, default=None,
-                   help=f"markdown results (default {RESULTS.relative_to(ROOT)} in full mode)")
-    p.add_argument("--plot", type=Path, default=None,
-                   help=f"ESS/s plot (default <output stem>_ess_per_s.png next to --output, i.e. "
-                        f"{PLOT.relative_to(ROOT)} for the default output)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds after which a sampler's worker is killed (reported as timeout)",
+    )
+    p.add_argument(
+        "--budget-min",
+        type=float,
+        default=None,
+        help="drop (and report) the remaining cases once the elapsed time plus the "
+        "case's estimated cost exceeds this many minutes (default: 60 in full "
+        "mode, none with --quick or --cases)",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"markdown results (default {RESULTS.relative_to(ROOT)} in full mode)",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help=f"ESS/s plot (default <output stem>_ess_per_s.png next to --output, i.e. "
+        f"{PLOT.relative_to(ROOT)} for the default output)",
+    )
     args = p.parse_args(argv)
     explicit_cases = args.cases is not None
     if args.quick:
@@ -145,8 +187,10 @@ def main(argv=None):
                 extra.append(f"{smp} skipped ({why.split(':')[0]})")
             if CASES[c].get("cap"):
                 extra.append(f"capped at {CASES[c]['cap'][0]}+{CASES[c]['cap'][1]} iterations")
-            print(f"{c:18s} {case_label(c)}  (est. {CASES[c].get('est_min', '?')} min)"
-                  + (f"  [{'; '.join(extra)}]" if extra else ""))
+            print(
+                f"{c:18s} {case_label(c)}  (est. {CASES[c].get('est_min', '?')} min)"
+                + (f"  [{'; '.join(extra)}]" if extra else "")
+            )
         return None
     import arviz as az
 
@@ -164,11 +208,13 @@ def main(argv=None):
 
     def report(final: bool) -> str:
         total = time.perf_counter() - t_start
-        ref_kind = (f"a dedicated run per case ({args.ref_chains} chains x {args.ref_draws} draws)"
-                    if args.ref_draws > 0 else
-                    f"the pool of the case's exact-sampler runs that pass max R-hat <= {args.max_ref_rhat:g} and "
-                    f"min bulk ESS >= {args.min_ref_ess:g} (each exact sampler is compared with "
-                    "the pool of the *other* ones; the line below is the full pool, used for SGS)")
+        ref_kind = (
+            f"a dedicated run per case ({args.ref_chains} chains x {args.ref_draws} draws)"
+            if args.ref_draws > 0
+            else f"the pool of the case's exact-sampler runs that pass max R-hat <= {args.max_ref_rhat:g} and "
+            f"min bulk ESS >= {args.min_ref_ess:g} (each exact sampler is compared with "
+            "the pool of the *other* ones; the line below is the full pool, used for SGS)"
+        )
         head = [
             "# SplitGibbs vs NUTS, nutpie and the exact baselines (Laplace-MH, Laplace-PSIS, Polya-Gamma Gibbs)",
             "",
@@ -201,10 +247,17 @@ def main(argv=None):
             "",
         ]
         head += [f"- {case_label(c)}: {d}" for c, d in ref_desc.items()]
-        head += ["", COLUMNS_DOC, "", "## Seeds", "",
-                 f"data seed {args.data_seed}; base seed {args.seed}; per run `random_seed` "
-                 "(PG: root of the per-chain SeedSequence; Laplace-PSIS: seed of its Generator):", "",
-                 ", ".join(f"{c}/{s}: {v}" for c, s, v in seeds)]
+        head += [
+            "",
+            COLUMNS_DOC,
+            "",
+            "## Seeds",
+            "",
+            f"data seed {args.data_seed}; base seed {args.seed}; per run `random_seed` "
+            "(PG: root of the per-chain SeedSequence; Laplace-PSIS: seed of its Generator):",
+            "",
+            ", ".join(f"{c}/{s}: {v}" for c, s, v in seeds),
+        ]
         return "\n".join(head) + "\n"
 
     for name in args.cases:
@@ -215,9 +268,15 @@ def main(argv=None):
             continue
         est = CASES[name].get("est_min", 0)
         if args.budget_min and elapsed_min + est > args.budget_min:
-            case_results.append({"case": name, "skip": (
-                f"dropped: time budget ({elapsed_min:.0f} min elapsed + ~{est} min estimated for "
-                f"this case > {args.budget_min:g} min); run it with --cases {name}")})
+            case_results.append(
+                {
+                    "case": name,
+                    "skip": (
+                        f"dropped: time budget ({elapsed_min:.0f} min elapsed + ~{est} min estimated for "
+                        f"this case > {args.budget_min:g} min); run it with --cases {name}"
+                    ),
+                }
+            )
             continue
         tune, draws = args.tune, args.draws
         if CASES[name].get("cap") and not args.quick and not args.no_cap:
@@ -227,9 +286,15 @@ def main(argv=None):
             ref_fixed = posteriordb_reference()
         elif args.ref_draws > 0:
             ref_sampler = "nutpie-lr" if CASES[name]["kind"] == "illcond" else "nutpie"
-            rjob = dict(case=name, sampler=ref_sampler, data_seed=args.data_seed,
-                        chains=args.ref_chains, tune=args.ref_tune, draws=args.ref_draws,
-                        seed=seed_for(args.seed + 1, name, "reference"))
+            rjob = dict(
+                case=name,
+                sampler=ref_sampler,
+                data_seed=args.data_seed,
+                chains=args.ref_chains,
+                tune=args.ref_tune,
+                draws=args.ref_draws,
+                seed=seed_for(args.seed + 1, name, "reference"),
+            )
             seeds.append((name, "reference", rjob["seed"]))
             ref_run = run_job(rjob, 2 * args.timeout)
             if "beta" in ref_run:
@@ -243,35 +308,59 @@ def main(argv=None):
             if s == "PG" and not is_logistic(name):
                 continue
             if s in CASES[name].get("skip_samplers", {}) and not args.run_skipped:
-                cr["runs"].append({"case": name, "sampler": s,
-                                   "skipped": CASES[name]["skip_samplers"][s]})
+                cr["runs"].append(
+                    {"case": name, "sampler": s, "skipped": CASES[name]["skip_samplers"][s]}
+                )
                 continue
-            job = dict(case=name, sampler=s, data_seed=args.data_seed, chains=args.chains,
-                       tune=tune, draws=draws, seed=seed_for(args.seed, name, s))
+            job = dict(
+                case=name,
+                sampler=s,
+                data_seed=args.data_seed,
+                chains=args.chains,
+                tune=tune,
+                draws=draws,
+                seed=seed_for(args.seed, name, s),
+            )
             seeds.append((name, s, job["seed"]))
             r = run_job(job, args.timeout)
             if "beta" in r:
                 ess, rhat = quick_summary(r)
                 # exact MCMC samplers only (SGS samples pi_rho; PSIS has no R-hat)
-                r["healthy"] = (s not in ("SGS", "Laplace-PSIS") and rhat <= args.max_ref_rhat
-                                and ess >= args.min_ref_ess)
-                print(f"  {s:12s} wall {r['wall']:7.1f} s  cpu {r['cpu']:7.1f} s  min ESS "
-                      f"{ess:7.0f}  R-hat {rhat:.3f}" + (f"  rho {r['rho']}" if s == "SGS" else ""),
-                      flush=True)
+                r["healthy"] = (
+                    s not in ("SGS", "Laplace-PSIS")
+                    and rhat <= args.max_ref_rhat
+                    and ess >= args.min_ref_ess
+                )
+                print(
+                    f"  {s:12s} wall {r['wall']:7.1f} s  cpu {r['cpu']:7.1f} s  min ESS "
+                    f"{ess:7.0f}  R-hat {rhat:.3f}" + (f"  rho {r['rho']}" if s == "SGS" else ""),
+                    flush=True,
+                )
             else:
                 print(f"  {s:12s} FAILED: {r.get('error', r)}", flush=True)
             cr["runs"].append(r)
         full_pool = pooled_reference(cr["runs"], exclude=None)
-        ref_desc[name] = (ref_fixed[3] if ref_fixed is not None
-                          else full_pool[3] if full_pool is not None
-                          else "none (no exact sampler run passed the checks): bias not measured")
+        ref_desc[name] = (
+            ref_fixed[3]
+            if ref_fixed is not None
+            else full_pool[3]
+            if full_pool is not None
+            else "none (no exact sampler run passed the checks): bias not measured"
+        )
         for r in cr["runs"]:
             if "beta" in r:
-                ref = ref_fixed if ref_fixed is not None else pooled_reference(cr["runs"], r["sampler"])
+                ref = (
+                    ref_fixed
+                    if ref_fixed is not None
+                    else pooled_reference(cr["runs"], r["sampler"])
+                )
                 r["m"] = metrics(r, ref)
-                print(f"  {r['sampler']:12s} ESS/s {r['m']['ess_per_s']:8.2f} (excl. setup "
-                      f"{r['m']['ess_per_s_run']:8.2f})  bias "
-                      f"{r['m']['bias']:.3f} ± {r['m']['bias_se']:.3f}", flush=True)
+                print(
+                    f"  {r['sampler']:12s} ESS/s {r['m']['ess_per_s']:8.2f} (excl. setup "
+                    f"{r['m']['ess_per_s_run']:8.2f})  bias "
+                    f"{r['m']['bias']:.3f} ± {r['m']['bias_se']:.3f}",
+                    flush=True,
+                )
         if args.output is not None:  # partial results survive an interrupted run
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(report(final=False))

@@ -89,7 +89,9 @@ def dask_kernel(client, problem, n_workers):
     term = problem.split_terms[0]
     cuts = np.array_split(np.arange(term.n), n_workers)
     backend = DaskBackend(
-        client, X=[term.A[c[0]:c[-1] + 1] for c in cuts], y=[term.y[c[0]:c[-1] + 1] for c in cuts]
+        client,
+        X=[term.A[c[0] : c[-1] + 1] for c in cuts],
+        y=[term.y[c[0] : c[-1] + 1] for c in cuts],
     )
     return backend.build_kernel(problem, RHO, ALPHA, True)
 
@@ -102,8 +104,11 @@ def main(argv=None):
     ap.add_argument("--sweeps", type=int, default=None, help="timed sweeps per configuration")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--output", default=None, help="markdown file (default: print only)")
-    ap.add_argument("--end-to-end", action="store_true",
-                    help="whole pm.sample calls (n = --n or 1e5), SplitGibbs on Dask vs NUTS")
+    ap.add_argument(
+        "--end-to-end",
+        action="store_true",
+        help="whole pm.sample calls (n = --n or 1e5), SplitGibbs on Dask vs NUTS",
+    )
     ap.add_argument("--draws", type=int, default=500, help="--end-to-end: tune and draws each")
     args = ap.parse_args(argv)
     if args.end_to_end:
@@ -126,8 +131,12 @@ def main(argv=None):
         print(f"n={n}: single {single[n][0]:.2f} ms/sweep", flush=True)
     dask_times = {}
     for w in args.workers:
-        with LocalCluster(n_workers=w, processes=True, threads_per_worker=1,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+        with (
+            LocalCluster(
+                n_workers=w, processes=True, threads_per_worker=1, dashboard_address=None
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             for n, problem in problems.items():
                 kernel = dask_kernel(client, problem, w)
                 dask_times[(n, w)] = time_sweeps(kernel, single[n][1], 5)
@@ -148,8 +157,9 @@ def main(argv=None):
 def correlated_logistic(n: int, d: int, corr: float = 0.9, seed: int = 0):
     """``(X, y)``: features with pairwise correlation ``corr``, unit-scale linear predictor."""
     rng = np.random.default_rng(seed)
-    X = (np.sqrt(corr) * rng.normal(size=(n, 1))
-         + np.sqrt(1.0 - corr) * rng.normal(size=(n, d))) / np.sqrt(d)
+    X = (
+        np.sqrt(corr) * rng.normal(size=(n, 1)) + np.sqrt(1.0 - corr) * rng.normal(size=(n, d))
+    ) / np.sqrt(d)
     y = rng.binomial(1, 1 / (1 + np.exp(-X @ rng.normal(size=d)))).astype(float)
     return X, y
 
@@ -164,9 +174,16 @@ def _sample_once(model, draws, seed, step=None):
     t0 = time.perf_counter()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        idata = pm.sample(draws=draws, tune=draws, chains=1, cores=1, random_seed=seed,
-                          step=step() if step is not None else None, progressbar=False,
-                          compute_convergence_checks=False)
+        idata = pm.sample(
+            draws=draws,
+            tune=draws,
+            chains=1,
+            cores=1,
+            random_seed=seed,
+            step=step() if step is not None else None,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     wall = time.perf_counter() - t0
     bulk = float(az.ess(idata.posterior, method="bulk")["b"].min())
     tail = float(az.ess(idata.posterior, method="tail")["b"].min())
@@ -194,13 +211,24 @@ def end_to_end(args) -> str:
     runs = {}
     runs["NUTS, 1 process"] = _sample_once(model, args.draws, 1)
     runs["SplitGibbs, 1 process"] = _sample_once(
-        model, args.draws, 1, lambda: pymc_sgs.SplitGibbs(model=model))
-    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+        model, args.draws, 1, lambda: pymc_sgs.SplitGibbs(model=model)
+    )
+    with (
+        LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         for shift in (True, False):
             label = f"SplitGibbs, Dask 2 workers, shift={shift}"
-            runs[label] = _sample_once(model, args.draws, 1, lambda: pymc_sgs.SplitGibbs(
-                model=model, shift=shift, backend=pymc_sgs.DaskBackend(client, n_shards=2)))
+            runs[label] = _sample_once(
+                model,
+                args.draws,
+                1,
+                lambda: pymc_sgs.SplitGibbs(
+                    model=model, shift=shift, backend=pymc_sgs.DaskBackend(client, n_shards=2)
+                ),
+            )
     load_after = os.getloadavg()
     nuts_rate = runs["NUTS, 1 process"][0] / runs["NUTS, 1 process"][2]
     blas = pytensor.config.blas__ldflags
@@ -230,8 +258,10 @@ def end_to_end(args) -> str:
             a = stats["shift_accept"].values
             acc = f"{np.nanmean(a):.2f}" if np.isfinite(a).any() else "off"
             rho = f"{float(stats['rho'].values[0, -1]):.3g}"
-        lines.append(f"| {label} | {bulk:.0f} | {tail:.0f} | {wall:.1f} | {bulk / wall:.1f} | "
-                     f"{bulk / wall / nuts_rate:.2f} | {acc} | {rho} |")
+        lines.append(
+            f"| {label} | {bulk:.0f} | {tail:.0f} | {wall:.1f} | {bulk / wall:.1f} | "
+            f"{bulk / wall / nuts_rate:.2f} | {acc} | {rho} |"
+        )
     lines += [
         "",
         "On 2 cores the Dask rows share the machine with their own client, so they show the "

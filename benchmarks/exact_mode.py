@@ -24,8 +24,8 @@ import time
 
 import arviz as az
 import numpy as np
-
 from harness.cases import split_problem
+
 from pymc_sgs.kernel import SGSState, SplitGibbsKernel
 
 az.Numba.disable_numba()
@@ -86,7 +86,9 @@ def run(kind, k, n_sweeps, steps, seed):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--rho", type=float, default=0.3)
     p.add_argument("--alpha", type=float, default=-0.98)
@@ -95,7 +97,7 @@ def main(argv=None):
     k = SplitGibbsKernel(prob, rho=args.rho, alpha=args.alpha, log_weights=True)
     steps = 300 if args.quick else 3000
     rows = [("uncorrected", 1)]
-    for K in ((1, 5) if args.quick else (1, 5, 20)):
+    for K in (1, 5) if args.quick else (1, 5, 20):
         rows += [("palindrome", K), ("random-order", K)]
     print(f"logistic n=10^4 d=10, rho={args.rho}, alpha={args.alpha}, {steps} MH steps per row")
     print("| proposal | K sweeps | MH acceptance | IAT (sweeps) | ESS/s |")

@@ -98,8 +98,7 @@ def nuts_reference(X, y, prior_sd, draws, tune, chains, cores, seed):
         wall = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         # CPU of the sampler processes (joined children) plus this process (compilation)
-        cpu = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
-               + time.process_time() - cpu0)
+        cpu = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime + time.process_time() - cpu0
     post = idata.posterior["beta"].values  # (chain, draw, d)
     stats = idata.sample_stats
     return {
@@ -200,9 +199,12 @@ def fmt_alpha(a):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="CI smoke run (< 60 s): rho {1, 0.3}, alpha {0, -0.98}, short chains; "
-                        "does not write the results file unless --output is given")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI smoke run (< 60 s): rho {1, 0.3}, alpha {0, -0.98}, short chains; "
+        "does not write the results file unless --output is given",
+    )
     p.add_argument("--n", type=int, default=10_000, help="observations")
     p.add_argument("--d", type=int, default=10, help="coefficients")
     p.add_argument("--prior-sd", type=float, default=5.0)
@@ -212,16 +214,25 @@ def parse_args(argv=None):
     p.add_argument("--alphas", type=float, nargs="+", default=[0.0, -0.9, -0.98, -0.99])
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--sweeps-plain", type=int, default=8000, help="kept sweeps per chain, alpha=0")
-    p.add_argument("--sweeps-or", type=int, default=2500,
-                   help="kept sweeps per chain, alpha<0 (over-relaxed)")
+    p.add_argument(
+        "--sweeps-or", type=int, default=2500, help="kept sweeps per chain, alpha<0 (over-relaxed)"
+    )
     p.add_argument("--burn", type=int, default=500, help="discarded sweeps per chain")
     p.add_argument("--nuts-draws", type=int, default=2000)
     p.add_argument("--nuts-tune", type=int, default=1000)
-    p.add_argument("--min-ess", type=float, default=100.0,
-                   help="below this min bulk ESS the IAT is reported as a lower bound '>'")
+    p.add_argument(
+        "--min-ess",
+        type=float,
+        default=100.0,
+        help="below this min bulk ESS the IAT is reported as a lower bound '>'",
+    )
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
-    p.add_argument("--output", type=Path, default=None,
-                   help=f"markdown results file (default: {RESULTS.relative_to(ROOT)} in full mode)")
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"markdown results file (default: {RESULTS.relative_to(ROOT)} in full mode)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.rhos = [1.0, 0.3]
@@ -249,8 +260,9 @@ def main(argv=None):
 
     # reference posterior
     ncores = min(args.jobs, args.chains)
-    ref = nuts_reference(X, y, args.prior_sd, args.nuts_draws, args.nuts_tune, args.chains,
-                         ncores, args.seed)
+    ref = nuts_reference(
+        X, y, args.prior_sd, args.nuts_draws, args.nuts_tune, args.chains, ncores, args.seed
+    )
     t_nuts = time.perf_counter() - t_start
     rd = ref["draws"]
     ref_ds = az.convert_to_dataset({"beta": rd})
@@ -278,8 +290,10 @@ def main(argv=None):
     order = sorted(range(len(jobs)), key=lambda i: -(jobs[i][4] + jobs[i][5]))
     t_sgs0 = time.perf_counter()
     with ProcessPoolExecutor(
-        max_workers=args.jobs, mp_context=mp.get_context("spawn"),
-        initializer=_init_worker, initargs=(X, y, args.prior_sd),
+        max_workers=args.jobs,
+        mp_context=mp.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(X, y, args.prior_sd),
     ) as ex:
         results = dict(zip(order, ex.map(run_chain, [jobs[i] for i in order])))
     t_sgs = time.perf_counter() - t_sgs0
@@ -304,12 +318,17 @@ def main(argv=None):
 
     # ------------------------------------------------------------------ report
     lines = []
-    lines.append("| rho | alpha | draws | IAT (bulk) | IAT (sd) | bias of mean (sd units) | "
-                 "max R-hat | CPU ms / sweep | ESS / CPU-s | z-step |")
+    lines.append(
+        "| rho | alpha | draws | IAT (bulk) | IAT (sd) | bias of mean (sd units) | "
+        "max R-hat | CPU ms / sweep | ESS / CPU-s | z-step |"
+    )
     lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for s in rows:
-        zstep = (f"{s['z_proposals']:.3f} prop/draw" if s["alpha"] == 0
-                 else f"accept {s['z_accept']:.3f}")
+        zstep = (
+            f"{s['z_proposals']:.3f} prop/draw"
+            if s["alpha"] == 0
+            else f"accept {s['z_accept']:.3f}"
+        )
         lines.append(
             f"| {s['rho']:g} | {fmt_alpha(s['alpha'])} | {args.chains}x{s['n_total'] // args.chains} "
             f"| {fmt_iat(s['iat_bulk'], s['lower_bound'])} "
@@ -334,24 +353,32 @@ def main(argv=None):
     if orl:
         best = min(orl, key=lambda s: s["iat_bulk"])
         ok = best["iat_bulk"] <= TARGET_IAT and not best["lower_bound"]
-        plain_txt = (f"plain measured {fmt_iat(plain[0]['iat_bulk'], plain[0]['lower_bound'])}"
-                     if plain else "plain not run")
+        plain_txt = (
+            f"plain measured {fmt_iat(plain[0]['iat_bulk'], plain[0]['lower_bound'])}"
+            if plain
+            else "plain not run"
+        )
         target = (
             f"over-relaxed IAT at rho=0.3 <= 20 (plain ~250): {'PASS' if ok else 'FAIL'} "
             f"(best alpha={best['alpha']:g}: IAT {fmt_iat(best['iat_bulk'], best['lower_bound'])}; "
-            + ", ".join(f"alpha={s['alpha']:g}: {fmt_iat(s['iat_bulk'], s['lower_bound'])}"
-                        for s in orl)
+            + ", ".join(
+                f"alpha={s['alpha']:g}: {fmt_iat(s['iat_bulk'], s['lower_bound'])}" for s in orl
+            )
             + f"; {plain_txt})"
         )
     else:
-        target = "over-relaxed IAT at rho=0.3 <= 20 (plain ~250): NOT RUN (rho=0.3 or alpha<0 missing)"
+        target = (
+            "over-relaxed IAT at rho=0.3 <= 20 (plain ~250): NOT RUN (rho=0.3 or alpha<0 missing)"
+        )
 
     best_lines = []
     for rho in args.rhos:
         rr = [s for s in rows if s["rho"] == rho]
         b = min(rr, key=lambda s: s["iat_bulk"])
-        best_lines.append(f"rho={rho:g}: alpha={b['alpha']:g} (IAT {fmt_iat(b['iat_bulk'], b['lower_bound'])}, "
-                          f"{b['ess_per_s']:.1f} ESS/CPU-s)")
+        best_lines.append(
+            f"rho={rho:g}: alpha={b['alpha']:g} (IAT {fmt_iat(b['iat_bulk'], b['lower_bound'])}, "
+            f"{b['ess_per_s']:.1f} ESS/CPU-s)"
+        )
 
     blas = ref["blas"]
     total = time.perf_counter() - t_start
@@ -366,8 +393,12 @@ def main(argv=None):
         f"{os.environ.get('MKL_NUM_THREADS')})",
         f"- versions: {versions()}",
         f"- PyTensor BLAS: blas__ldflags = {blas!r}"
-        + (" (empty: PyTensor is NOT linked to a BLAS; its dot products use a slow fallback, "
-           "which slows NUTS)" if not blas else ""),
+        + (
+            " (empty: PyTensor is NOT linked to a BLAS; its dot products use a slow fallback, "
+            "which slows NUTS)"
+            if not blas
+            else ""
+        ),
         f"- load average (1/5/15 min) at start {'/'.join(f'{v:.2f}' for v in load_start)}, "
         f"at end {'/'.join(f'{v:.2f}' for v in os.getloadavg())} (above nproc = other jobs "
         "shared the cores: timings and ESS/s are then pessimistic)",

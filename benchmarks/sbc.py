@@ -69,23 +69,34 @@ _POISSON = dict(family="poisson", n=50, prior_mu=(1.0, 0.0), prior_sd=0.5, inter
 #: "power": a wrong sampler reported for information (SBC may or may not see it)
 CASES = {
     "logistic_exact": dict(
-        _LOGISTIC, step=dict(exact=True), role="calibrated",
+        _LOGISTIC,
+        step=dict(exact=True),
+        role="calibrated",
         label="Bernoulli-logit, exact=True, rho='auto'",
     ),
     "poisson_auto": dict(
-        _POISSON, step=dict(), role="calibrated",
+        _POISSON,
+        step=dict(),
+        role="calibrated",
         label="Poisson-log, rho='auto' (bias_tol=0.1)",
     ),
     "poisson_rho1_uncorrected": dict(
-        _POISSON, step=dict(rho=1.0), role="negative",
+        _POISSON,
+        step=dict(rho=1.0),
+        role="negative",
         label="NEGATIVE CONTROL: Poisson-log, rho=1.0, no exact correction",
     ),
     "logistic_prior_sd_half": dict(
-        _LOGISTIC, model_prior_sd=0.5, step=dict(exact=True), role="negative",
+        _LOGISTIC,
+        model_prior_sd=0.5,
+        step=dict(exact=True),
+        role="negative",
         label="NEGATIVE CONTROL: Bernoulli-logit, exact=True, sampler's prior sd 0.5 (truth 1)",
     ),
     "logistic_rho2_uncorrected": dict(
-        _LOGISTIC, step=dict(rho=2.0), role="power",
+        _LOGISTIC,
+        step=dict(rho=2.0),
+        role="power",
         label="power check: Bernoulli-logit, rho=2.0, no exact correction",
     ),
 }
@@ -175,8 +186,13 @@ def one_replicate(args) -> dict:
         with model:
             step = pymc_sgs.SplitGibbs(**case["step"])
             idata = pm.sample(
-                draws=n_draws, tune=tune, chains=1, cores=1, step=step,
-                random_seed=sample_seed + attempt, progressbar=False,
+                draws=n_draws,
+                tune=tune,
+                chains=1,
+                cores=1,
+                step=step,
+                random_seed=sample_seed + attempt,
+                progressbar=False,
                 compute_convergence_checks=False,
             )
         post = idata.posterior["b"].values[0]  # (N, d)
@@ -235,9 +251,17 @@ def make_executor(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
 
 
-def run_sbc(case_name: str, n_sims: int, seed: int = 2018, workers: int = 2, draws: int = 400,
-            tune: int = 1000, max_doublings: int = 3, case: dict | None = None,
-            executor=None) -> dict:
+def run_sbc(
+    case_name: str,
+    n_sims: int,
+    seed: int = 2018,
+    workers: int = 2,
+    draws: int = 400,
+    tune: int = 1000,
+    max_doublings: int = 3,
+    case: dict | None = None,
+    executor=None,
+) -> dict:
     """Run SBC for one case; returns ranks ``(n_sims, d)``, p-values and per-replicate stats.
 
     Data seeds and sampler seeds are spawned from ``SeedSequence([seed, case index])``: the
@@ -252,8 +276,15 @@ def run_sbc(case_name: str, n_sims: int, seed: int = 2018, workers: int = 2, dra
     for child in children:
         data_ss, sample_ss = child.spawn(2)
         jobs.append(
-            (case_name, case, data_ss, int(sample_ss.generate_state(1)[0]), draws, tune,
-             max_doublings)
+            (
+                case_name,
+                case,
+                data_ss,
+                int(sample_ss.generate_state(1)[0]),
+                draws,
+                tune,
+                max_doublings,
+            )
         )
     t0 = time.perf_counter()
     if executor is not None:
@@ -295,14 +326,19 @@ def plot(results: list, path: str) -> None:
             ax = axes[i, j]
             ax.axhspan(lo, hi, color="0.85", zorder=0)
             ax.axhline(n_sims / nb, color="0.5", lw=0.8)
-            color = {"calibrated": "C0", "negative": "C3", "power": "C1"}[CASES[res["case"]]["role"]]
+            color = {"calibrated": "C0", "negative": "C3", "power": "C1"}[
+                CASES[res["case"]]["role"]
+            ]
             ax.hist(res["ranks"][:, j], bins=edges, color=color, edgecolor="white")
             ax.set_title(f"{res['case']}  b[{j}]\nchi2 p = {res['pvalues'][j]:.2g}", fontsize=9)
             ax.set_xlim(-0.5, L + 0.5)
             ax.set_xlabel(f"rank of theta_true among {L} draws", fontsize=8)
-    fig.suptitle("SBC rank histograms; grey: 99% band per bin under uniformity\n"
-                 "blue: must be uniform; red: negative control, must be rejected; "
-                 "orange: power check", fontsize=9)
+    fig.suptitle(
+        "SBC rank histograms; grey: 99% band per bin under uniformity\n"
+        "blue: must be uniform; red: negative control, must be rejected; "
+        "orange: power check",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -382,8 +418,9 @@ def write_markdown(results: list, path: str, args) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="20 replicates per case (smoke run)")
     p.add_argument("--n-sims", type=int, default=None, help="replicates per case (default 200)")
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
@@ -391,7 +428,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=2018)
     p.add_argument("--draws", type=int, default=400)
     p.add_argument("--tune", type=int, default=1000)
-    p.add_argument("--output-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    p.add_argument(
+        "--output-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    )
     args = p.parse_args(argv)
     n_sims = args.n_sims or (20 if args.quick else 200)
     stem = "sbc_quick" if args.quick else "sbc"
@@ -399,11 +438,21 @@ def main(argv=None) -> int:
     results = []
     with make_executor(max(1, args.workers)) as ex:
         for name in args.cases:
-            res = run_sbc(name, n_sims, seed=args.seed, workers=args.workers, draws=args.draws,
-                          tune=args.tune, executor=ex)
+            res = run_sbc(
+                name,
+                n_sims,
+                seed=args.seed,
+                workers=args.workers,
+                draws=args.draws,
+                tune=args.tune,
+                executor=ex,
+            )
             ok, text = verdict(res, smoke=args.quick)
-            print(f"{name:28s} p = {np.array2string(res['pvalues'], precision=3)}  {text}  "
-                  f"({res['wall']:.0f} s)", flush=True)
+            print(
+                f"{name:28s} p = {np.array2string(res['pvalues'], precision=3)}  {text}  "
+                f"({res['wall']:.0f} s)",
+                flush=True,
+            )
             results.append(res)
     plot(results, os.path.join(args.output_dir, f"{stem}_ranks.png"))
     write_markdown(results, os.path.join(args.output_dir, f"{stem}.md"), args)

@@ -84,11 +84,16 @@ def run(problem, rho, shift, n_burn, n_keep, seed, relaxation=0.0):
     draws = np.array(draws)
     ess = min(float(az.ess(draws[None, :, j])) for j in range(problem.d))
     tail = min(float(az.ess(draws[None, :, j], method="tail")) for j in range(problem.d))
-    return dict(iat=n_keep / ess, ms=1e3 * cpu / n_keep, ess_per_s=ess / cpu,
-                tail_iat=n_keep / tail, tail_per_s=tail / cpu,
-                acc=float(np.mean(accs)) if accs else float("nan"),
-                moves=move.moves if move is not None else 0,
-                beta=move.beta if move is not None else float("nan"))
+    return dict(
+        iat=n_keep / ess,
+        ms=1e3 * cpu / n_keep,
+        ess_per_s=ess / cpu,
+        tail_iat=n_keep / tail,
+        tail_per_s=tail / cpu,
+        acc=float(np.mean(accs)) if accs else float("nan"),
+        moves=move.moves if move is not None else 0,
+        beta=move.beta if move is not None else float("nan"),
+    )
 
 
 def main(argv=None):
@@ -105,9 +110,11 @@ def main(argv=None):
         for shift in (False, True):
             r = run(problem, rho, shift, n_burn, n_keep, seed=1)
             rows.append((rho, shift, r))
-            print(f"rho={rho:<5} shift={shift!s:<5} IAT {r['iat']:8.2f}  ms/sweep {r['ms']:6.2f}  "
-                  f"ESS/CPU s {r['ess_per_s']:8.1f}  shift acc. {r['acc']:.3f}  moves {r['moves']}",
-                  flush=True)
+            print(
+                f"rho={rho:<5} shift={shift!s:<5} IAT {r['iat']:8.2f}  ms/sweep {r['ms']:6.2f}  "
+                f"ESS/CPU s {r['ess_per_s']:8.1f}  shift acc. {r['acc']:.3f}  moves {r['moves']}",
+                flush=True,
+            )
     lines = [
         "# Over-relaxed SGS with and without the shift move",
         "",
@@ -123,12 +130,16 @@ def main(argv=None):
     ]
     for rho, shift, r in rows:
         acc = "" if np.isnan(r["acc"]) else f"{r['acc']:.3f}"
-        lines.append(f"| {rho} | {'yes' if shift else 'no'} | {r['iat']:.2f} | {r['ms']:.2f} | "
-                     f"{r['ess_per_s']:.1f} | {acc} | {r['moves'] or ''} |")
+        lines.append(
+            f"| {rho} | {'yes' if shift else 'no'} | {r['iat']:.2f} | {r['ms']:.2f} | "
+            f"{r['ess_per_s']:.1f} | {acc} | {r['moves'] or ''} |"
+        )
     n_burn2, n_keep2 = (200, 500) if args.quick else (300, 3000)
     relax_cases = []
-    for label, case, family, rho in (("logistic", "logit-1e5-10", "bernoulli", 0.06),
-                                     ("Poisson", "poisson-1e5", "poisson", 0.018)):
+    for label, case, family, rho in (
+        ("logistic", "logit-1e5-10", "bernoulli", 0.06),
+        ("Poisson", "poisson-1e5", "poisson", 0.018),
+    ):
         Xc, yc, prior_sd = compare_data(case, 20220101)
         relax_cases.append((label, make_problem(Xc, yc, prior_sd, family), rho))
     lines += [
@@ -146,13 +157,17 @@ def main(argv=None):
     for label, prob, rho in relax_cases:
         for relaxation in (0.0, 0.3, 0.5):
             r = run(prob, rho, True, n_burn2, n_keep2, seed=1, relaxation=relaxation)
-            print(f"{label} rho={rho} relaxation={relaxation}: bulk ESS/s {r['ess_per_s']:.1f} "
-                  f"tail ESS/s {r['tail_per_s']:.1f} beta {r['beta']} moves {r['moves']} "
-                  f"acc {r['acc']:.3f}", flush=True)
+            print(
+                f"{label} rho={rho} relaxation={relaxation}: bulk ESS/s {r['ess_per_s']:.1f} "
+                f"tail ESS/s {r['tail_per_s']:.1f} beta {r['beta']} moves {r['moves']} "
+                f"acc {r['acc']:.3f}",
+                flush=True,
+            )
             lines.append(
                 f"| {label} | {rho} | {relaxation} | {r['beta']:.2f} | {r['moves']} | "
                 f"{r['acc']:.3f} | {r['ess_per_s']:.1f} | {r['tail_per_s']:.1f} | "
-                f"{r['iat']:.2f} / {r['tail_iat']:.2f} | {r['ms']:.2f} |")
+                f"{r['iat']:.2f} / {r['tail_iat']:.2f} | {r['ms']:.2f} |"
+            )
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.quick:

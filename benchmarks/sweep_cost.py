@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from harness.cases import split_problem
 from harness.report import git_commit as _git_commit
 
@@ -65,8 +64,11 @@ class _PeakSince:
             self.proc = False
 
     def mb(self):
-        peak = (_status_mb("VmHWM") if self.proc
-                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+        peak = (
+            _status_mb("VmHWM")
+            if self.proc
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        )
         return peak - self.base
 
 
@@ -145,11 +147,18 @@ def _measure(n, d, repeats, queue):
     t_rng = (time.process_time() - t) / repeats
     del eps, u
 
-    row = {"n": n, "d": d, "blas_ms": 1e3 * t_blas, "rng_ms": 1e3 * t_rng, "data_mb": data_mb,
-           "rho": rho}
+    row = {
+        "n": n,
+        "d": d,
+        "blas_ms": 1e3 * t_blas,
+        "rng_ms": 1e3 * t_rng,
+        "data_mb": data_mb,
+        "rho": rho,
+    }
     for weights, dtype in ((False, "float64"), (True, "float64"), (False, "float32")):
-        k = SplitGibbsKernel(prob, rho=rho, alpha=-0.99, log_weights=weights, engine="numba",
-                             dtype=dtype)
+        k = SplitGibbsKernel(
+            prob, rho=rho, alpha=-0.99, log_weights=weights, engine="numba", dtype=dtype
+        )
         r = np.random.default_rng(1)
         state = k.init(start.mode, r)
         for _ in range(3):  # compile, warm the modes
@@ -172,8 +181,13 @@ def _measure(n, d, repeats, queue):
             row["iter_ms"] = 1e3 * (time.process_time() - t) / repeats
             del move
         del k
-    row.update(peak_default_mb=peak_default, peak_f32_mb=peak_f32, jit_mb=jit_mb,
-               data_y_mb=(X.nbytes + y.nbytes) / 2**20, peak_reset=mem.proc)
+    row.update(
+        peak_default_mb=peak_default,
+        peak_f32_mb=peak_f32,
+        jit_mb=jit_mb,
+        data_y_mb=(X.nbytes + y.nbytes) / 2**20,
+        peak_reset=mem.proc,
+    )
     queue.put(row)
 
 
@@ -205,15 +219,30 @@ def _targets(rows):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--output", default=None, help="markdown file (default: results/sweep_cost.md, not in --quick)")
+    p.add_argument(
+        "--output",
+        default=None,
+        help="markdown file (default: results/sweep_cost.md, not in --quick)",
+    )
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    cases = [(10_000, 10), (100_000, 10)] if args.quick else [
-        (10_000, 10), (100_000, 10), (1_000_000, 10), (10_000, 100), (100_000, 100), (1_000_000, 100)
-    ]
+    cases = (
+        [(10_000, 10), (100_000, 10)]
+        if args.quick
+        else [
+            (10_000, 10),
+            (100_000, 10),
+            (1_000_000, 10),
+            (10_000, 100),
+            (100_000, 100),
+            (1_000_000, 100),
+        ]
+    )
     ctx = mp.get_context("spawn")
     rows = []
     for n, d in cases:
@@ -245,7 +274,7 @@ def main(argv=None):
         f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}, "
         f"git {_git_commit()}",
         f"- machine: {platform.machine()}, nproc = {os.cpu_count()}, 1 BLAS thread; load average {os.getloadavg()}",
-        "- kernel: bernoulli-logit, alpha = -0.99, numba engine, at the rho that rho=\"auto\" starts from",
+        '- kernel: bernoulli-logit, alpha = -0.99, numba engine, at the rho that rho="auto" starts from',
         "  for a 0.1-sd bias (pymc_sgs.rho.pilot_rho from the Laplace approximation), chain started at the",
         "  posterior mode; '+ shift move' is a whole default iteration (one shift move, then the sweep",
         "  with weights); times are CPU time of the process (the machine may be shared).",
@@ -258,8 +287,11 @@ def main(argv=None):
         "  opt-in float32 kernel, which holds a float32 copy of X; 'compiled code, fixed' the growth",
         "  from running both paths on a 2000-row problem first (numba's compiled code and its cache: the",
         "  same for any n, not counted in the other two). "
-        + ("Each peak is measured on its own (/proc/self/clear_refs)." if reset else
-           "No /proc here: peaks are cumulative (ru_maxrss)."),
+        + (
+            "Each peak is measured on its own (/proc/self/clear_refs)."
+            if reset
+            else "No /proc here: peaks are cumulative (ru_maxrss)."
+        ),
         "",
     ]
     text = "\n".join(header + lines + [""] + _targets(rows)) + "\n"

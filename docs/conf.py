@@ -95,4 +95,3 @@ def _init_signature(app, what, name, obj, options, signature, return_annotation)
 
 def setup(app):
     app.connect("autodoc-process-signature", _init_signature)
-

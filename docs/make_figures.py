@@ -137,24 +137,45 @@ def draw(rows: list[dict], output: Path = OUTPUT) -> Path:
         st = styles[a]
         ax_iat.plot(rho, iat, color=st["color"], marker=st["marker"], label=label)
         if lower.any():  # measured values are lower bounds: open markers with an arrow up
-            ax_iat.plot(rho[lower], iat[lower], linestyle="none", marker="^", markersize=10,
-                        markerfacecolor="white", color=st["color"])
+            ax_iat.plot(
+                rho[lower],
+                iat[lower],
+                linestyle="none",
+                marker="^",
+                markersize=10,
+                markerfacecolor="white",
+                color=st["color"],
+            )
     # guide lines through the measurements at the largest rho: plain SGS ~ 1/rho^2, over-relaxed ~ 1/rho
     rho_max = max(r["rho"] for r in rows)
     grid = np.geomspace(min(r["rho"] for r in rows), rho_max, 50)
     for a, power, text in ((0.0, 2, "1/rho^2"), (min(alphas), 1, "1/rho")):
         top = [r for r in rows if r["alpha"] == a and r["rho"] == rho_max]
         if top and a in styles:
-            ax_iat.plot(grid, top[0]["iat"] * (rho_max / grid) ** power, color=styles[a]["color"],
-                        linestyle="--", linewidth=1, alpha=0.7, label=f"slope {text}")
+            ax_iat.plot(
+                grid,
+                top[0]["iat"] * (rho_max / grid) ** power,
+                color=styles[a]["color"],
+                linestyle="--",
+                linewidth=1,
+                alpha=0.7,
+                label=f"slope {text}",
+            )
     ax_iat.set_xscale("log")
     ax_iat.set_yscale("log")
     ax_iat.set_xlabel("rho")
     ax_iat.set_ylabel("IAT (draws per effective draw, bulk)")
     ax_iat.set_title("Mixing: IAT against rho")
     ax_iat.grid(True, which="both", alpha=0.3)
-    ax_iat.plot([], [], linestyle="none", marker="^", markerfacecolor="white", color="tab:gray",
-                label="lower bound (chain too short)")
+    ax_iat.plot(
+        [],
+        [],
+        linestyle="none",
+        marker="^",
+        markerfacecolor="white",
+        color="tab:gray",
+        label="lower bound (chain too short)",
+    )
     ax_iat.legend(fontsize=8)
 
     # the bias is a property of pi_rho, not of alpha: every alpha estimates the same number
@@ -167,14 +188,34 @@ def draw(rows: list[dict], output: Path = OUTPUT) -> Path:
         ok = ~np.array([r["iat_lower_bound"] for r in sel])  # MC error unreliable otherwise
         label = "plain SGS" if a == 0.0 else f"alpha = {a:g}"
         st = styles[a]
-        ax_bias.errorbar(rho[ok], bias[ok], yerr=err[ok], color=st["color"], marker=st["marker"],
-                         linestyle="none", capsize=3, alpha=0.8, label=label)
+        ax_bias.errorbar(
+            rho[ok],
+            bias[ok],
+            yerr=err[ok],
+            color=st["color"],
+            marker=st["marker"],
+            linestyle="none",
+            capsize=3,
+            alpha=0.8,
+            label=label,
+        )
     ref = max(rows, key=lambda r: r["rho"])
     grid = np.geomspace(min(r["rho"] for r in rows), ref["rho"], 50)
-    ax_bias.plot(grid, ref["bias"] * (grid / ref["rho"]) ** 2, color="black", linestyle="--",
-                 linewidth=1, label="slope rho^2 (through the largest rho)")
-    ax_bias.axhline(0.1, color="tab:red", linestyle=":", linewidth=1,
-                    label="bias_tol = 0.1 (default of rho='auto')")
+    ax_bias.plot(
+        grid,
+        ref["bias"] * (grid / ref["rho"]) ** 2,
+        color="black",
+        linestyle="--",
+        linewidth=1,
+        label="slope rho^2 (through the largest rho)",
+    )
+    ax_bias.axhline(
+        0.1,
+        color="tab:red",
+        linestyle=":",
+        linewidth=1,
+        label="bias_tol = 0.1 (default of rho='auto')",
+    )
     ax_bias.set_xscale("log")
     ax_bias.set_yscale("log")
     ax_bias.set_xlabel("rho")
@@ -182,7 +223,9 @@ def draw(rows: list[dict], output: Path = OUTPUT) -> Path:
     ax_bias.set_title("Bias of the posterior mean against rho")
     ax_bias.grid(True, which="both", alpha=0.3)
     ax_bias.legend(fontsize=8)
-    fig.suptitle("Logistic regression, n = 10^4, d = 10 (benchmarks/results/mixing.md)", fontsize=10)
+    fig.suptitle(
+        "Logistic regression, n = 10^4, d = 10 (benchmarks/results/mixing.md)", fontsize=10
+    )
 
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -192,7 +235,9 @@ def draw(rows: list[dict], output: Path = OUTPUT) -> Path:
     return output
 
 
-def copy_compare_figure(source: Path = COMPARE_PNG, output: Path = STATIC / "compare_ess_per_s.png") -> Path:
+def copy_compare_figure(
+    source: Path = COMPARE_PNG, output: Path = STATIC / "compare_ess_per_s.png"
+) -> Path:
     """Copy the ESS/s plot of ``benchmarks/compare.py`` into the docs' static files."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -201,6 +246,7 @@ def copy_compare_figure(source: Path = COMPARE_PNG, output: Path = STATIC / "com
 
 
 # -- sampled figures ---------------------------------------------------------------------------
+
 
 def _quickstart_data():
     """The data of ``examples/quickstart.py`` (same generator, same seed)."""
@@ -231,11 +277,19 @@ def _sample(step_factory=None, *, chains=4, seed=1):
     import pymc as pm
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # PyTensor's BLAS warning, SamplerFeedbackWarning at large rho
+        warnings.simplefilter(
+            "ignore"
+        )  # PyTensor's BLAS warning, SamplerFeedbackWarning at large rho
         with _quickstart_model():
             step = step_factory() if step_factory is not None else None
-            return pm.sample(step=step, chains=chains, cores=1, random_seed=seed,
-                             progressbar=False, compute_convergence_checks=False)
+            return pm.sample(
+                step=step,
+                chains=chains,
+                cores=1,
+                random_seed=seed,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
 
 
 def sample_quickstart():
@@ -246,10 +300,9 @@ def sample_quickstart():
 
 
 def _savefig(fig, output: Path) -> Path:
-    import matplotlib.pyplot as plt
-
     import io
 
+    import matplotlib.pyplot as plt
     from PIL import Image
 
     output = Path(output)
@@ -261,7 +314,8 @@ def _savefig(fig, output: Path) -> Path:
     # badly in RGBA); no software/date metadata, so that the same draws give the same file
     buf.seek(0)
     Image.open(buf).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(
-        output, format="PNG", optimize=True)
+        output, format="PNG", optimize=True
+    )
     return output
 
 
@@ -274,8 +328,12 @@ def _title(name: str, idata) -> str:
     return f"{name}: min bulk ESS {min_ess:.0f} of {n} draws"
 
 
-def draw_quickstart(sgs, nuts, trace_output: Path = STATIC / "quickstart_trace.png",
-                    rank_output: Path = STATIC / "quickstart_rank.png") -> tuple[Path, Path]:
+def draw_quickstart(
+    sgs,
+    nuts,
+    trace_output: Path = STATIC / "quickstart_trace.png",
+    rank_output: Path = STATIC / "quickstart_rank.png",
+) -> tuple[Path, Path]:
     """Trace plots (``az.plot_trace``) and rank plots (``az.plot_rank``), SplitGibbs | NUTS."""
     import matplotlib
 
@@ -298,8 +356,12 @@ def draw_quickstart(sgs, nuts, trace_output: Path = STATIC / "quickstart_trace.p
         for ax in axes.flat:
             ax.tick_params(labelsize=8)
         sub.suptitle(_title(name, idata), fontsize=10)
-    fig.suptitle("Logistic regression of examples/quickstart.py (n = 2000, d = 5 + intercept), "
-                 "4 chains x 1000 draws", fontsize=11, fontweight="bold")
+    fig.suptitle(
+        "Logistic regression of examples/quickstart.py (n = 2000, d = 5 + intercept), "
+        "4 chains x 1000 draws",
+        fontsize=11,
+        fontweight="bold",
+    )
     trace = _savefig(fig, trace_output)
 
     fig = plt.figure(figsize=(10, 5.2), constrained_layout=True)
@@ -314,8 +376,12 @@ def draw_quickstart(sgs, nuts, trace_output: Path = STATIC / "quickstart_trace.p
             ax.xaxis.label.set_size(9)
             ax.yaxis.label.set_size(9)
         sub.suptitle(name, fontsize=10)
-    fig.suptitle("Rank plots: histogram of each chain's ranks among all 4000 draws "
-                 "(flat bars = the chains agree)", fontsize=11, fontweight="bold")
+    fig.suptitle(
+        "Rank plots: histogram of each chain's ranks among all 4000 draws "
+        "(flat bars = the chains agree)",
+        fontsize=11,
+        fontweight="bold",
+    )
     rank = _savefig(fig, rank_output)
     return trace, rank
 
@@ -354,20 +420,23 @@ def sample_rho_grid(reference, rhos=RHOS, *, chains=2, seed=2) -> list[dict]:
         lw = lw[np.isfinite(lw)]
         w = np.exp(lw - lw.max())
         w /= w.mean()
-        rows.append(dict(
-            rho=rho,
-            weights=w,
-            sd_w=float(w.std()),
-            khat=float(psis.attrs["khat"]),
-            bias_raw=float(np.max(np.abs(psis["mean_rho"] - r["mean"]) / r["sd"])),
-            bias_corrected=float(np.max(np.abs(psis["mean"] - r["mean"]) / r["sd"])),
-            mc_error=float(np.max(np.hypot(raw["mcse_mean"], r["mcse_mean"]) / r["sd"])),
-        ))
+        rows.append(
+            dict(
+                rho=rho,
+                weights=w,
+                sd_w=float(w.std()),
+                khat=float(psis.attrs["khat"]),
+                bias_raw=float(np.max(np.abs(psis["mean_rho"] - r["mean"]) / r["sd"])),
+                bias_corrected=float(np.max(np.abs(psis["mean"] - r["mean"]) / r["sd"])),
+                mc_error=float(np.max(np.hypot(raw["mcse_mean"], r["mcse_mean"]) / r["sd"])),
+            )
+        )
     return rows
 
 
-def draw_rho_weights(rows: list[dict], rho_auto: float | None = None,
-                     output: Path = STATIC / "rho_weights.png") -> Path:
+def draw_rho_weights(
+    rows: list[dict], rho_auto: float | None = None, output: Path = STATIC / "rho_weights.png"
+) -> Path:
     """Weights, their sd and k-hat, and the bias of raw and corrected means, against rho."""
     import matplotlib
 
@@ -385,8 +454,14 @@ def draw_rho_weights(rows: list[dict], rho_auto: float | None = None,
     lo, hi = 1e-4, 1e3
     bins = np.geomspace(lo, hi, 57)
     for r, c in zip(picks, colors):
-        ax_w.hist(np.clip(r["weights"], lo, hi), bins=bins, histtype="step", linewidth=1.5, color=c,
-                  label=f"rho = {r['rho']:g}: largest weight {r['weights'].max():.3g}")
+        ax_w.hist(
+            np.clip(r["weights"], lo, hi),
+            bins=bins,
+            histtype="step",
+            linewidth=1.5,
+            color=c,
+            label=f"rho = {r['rho']:g}: largest weight {r['weights'].max():.3g}",
+        )
     ax_w.axvline(1.0, color="black", linewidth=0.8, linestyle=":")
     ax_w.set_xscale("log")
     ax_w.set_yscale("log")
@@ -396,31 +471,69 @@ def draw_rho_weights(rows: list[dict], rho_auto: float | None = None,
     ax_w.legend(fontsize=8, loc="upper left")
 
     # (b) sd of the weights: the bias certificate
-    ax_s.plot(rho, [r["sd_w"] for r in rows], marker="o", color="tab:blue",
-              label="sd of the normalised weights")
-    ax_s.axhline(0.1, color="tab:red", linestyle=":", linewidth=1,
-                 label="bias_tol = 0.1 (what rho='auto' aims at)")
+    ax_s.plot(
+        rho,
+        [r["sd_w"] for r in rows],
+        marker="o",
+        color="tab:blue",
+        label="sd of the normalised weights",
+    )
+    ax_s.axhline(
+        0.1,
+        color="tab:red",
+        linestyle=":",
+        linewidth=1,
+        label="bias_tol = 0.1 (what rho='auto' aims at)",
+    )
     ax_s.set_yscale("log")
     ax_s.set_ylabel("sd of the normalised weights")
-    ax_s.set_title("(b) Bias certificate: no expectation is off by more than\n"
-                   "about sd(w) posterior sds", fontsize=10)
+    ax_s.set_title(
+        "(b) Bias certificate: no expectation is off by more than\nabout sd(w) posterior sds",
+        fontsize=10,
+    )
 
     # (c) the Pareto k-hat of psis_summary
-    ax_k.plot(rho, [r["khat"] for r in rows], marker="s", color="tab:purple",
-              label="Pareto k-hat (psis_summary(idata).attrs['khat'])")
+    ax_k.plot(
+        rho,
+        [r["khat"] for r in rows],
+        marker="s",
+        color="tab:purple",
+        label="Pareto k-hat (psis_summary(idata).attrs['khat'])",
+    )
     ax_k.axhspan(0.5, 0.7, color="tab:orange", alpha=0.15, label="0.5-0.7: slow (RhoBiasWarning)")
-    ax_k.axhspan(0.7, max(1.0, max(r["khat"] for r in rows) + 0.1), color="tab:red", alpha=0.12,
-                 label="> 0.7: correction unreliable")
+    ax_k.axhspan(
+        0.7,
+        max(1.0, max(r["khat"] for r in rows) + 0.1),
+        color="tab:red",
+        alpha=0.12,
+        label="> 0.7: correction unreliable",
+    )
     ax_k.set_ylabel("Pareto k-hat")
     ax_k.set_title("(c) Can the importance-sampling correction be trusted?", fontsize=10)
 
     # (d) the bias of the raw and of the corrected posterior means
-    ax_b.plot(rho, [r["bias_raw"] for r in rows], marker="o", color="tab:gray",
-              label="raw mean of the draws (targets pi_rho)")
-    ax_b.plot(rho, [r["bias_corrected"] for r in rows], marker="s", color="tab:green",
-              label="PSIS-corrected mean (psis_summary 'mean')")
-    ax_b.fill_between(rho, 1e-3, [2 * r["mc_error"] for r in rows], color="tab:gray", alpha=0.2,
-                      label="below 2 Monte Carlo errors (noise)")
+    ax_b.plot(
+        rho,
+        [r["bias_raw"] for r in rows],
+        marker="o",
+        color="tab:gray",
+        label="raw mean of the draws (targets pi_rho)",
+    )
+    ax_b.plot(
+        rho,
+        [r["bias_corrected"] for r in rows],
+        marker="s",
+        color="tab:green",
+        label="PSIS-corrected mean (psis_summary 'mean')",
+    )
+    ax_b.fill_between(
+        rho,
+        1e-3,
+        [2 * r["mc_error"] for r in rows],
+        color="tab:gray",
+        alpha=0.2,
+        label="below 2 Monte Carlo errors (noise)",
+    )
     ax_b.axhline(0.1, color="tab:red", linestyle=":", linewidth=1, label="0.1 posterior sd")
     ax_b.set_yscale("log")
     ax_b.set_ylim(bottom=0.01)
@@ -432,18 +545,31 @@ def draw_rho_weights(rows: list[dict], rho_auto: float | None = None,
         ax.set_xlabel("rho (fixed)")
         ax.grid(True, which="both", alpha=0.3)
         if rho_auto is not None:
-            ax.axvline(rho_auto, color="black", linewidth=0.8, linestyle="-.",
-                       label=f"rho='auto' picks {rho_auto:.2f} here")
+            ax.axvline(
+                rho_auto,
+                color="black",
+                linewidth=0.8,
+                linestyle="-.",
+                label=f"rho='auto' picks {rho_auto:.2f} here",
+            )
         ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle("Logistic regression of examples/quickstart.py, SplitGibbs at fixed rho: 2 chains x "
-                 "1000 draws each; reference PyMC NUTS, 4 x 1000 draws", fontsize=11)
+    fig.suptitle(
+        "Logistic regression of examples/quickstart.py, SplitGibbs at fixed rho: 2 chains x "
+        "1000 draws each; reference PyMC NUTS, 4 x 1000 draws",
+        fontsize=11,
+    )
     return _savefig(fig, output)
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="+", choices=FIGURES, default=list(FIGURES),
-                   help="figures to draw (default: all)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=FIGURES,
+        default=list(FIGURES),
+        help="figures to draw (default: all)",
+    )
     p.add_argument("--table", type=Path, default=TABLE, help="mixing results (markdown)")
     p.add_argument("--output", type=Path, default=OUTPUT, help="PNG of the mixing figure")
     args = p.parse_args(argv)

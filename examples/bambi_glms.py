@@ -80,14 +80,20 @@ def parse_args(argv=None):
 def simulate(n, seed):
     rng = np.random.default_rng(seed)
     G = 8
-    df = pd.DataFrame({
-        "x": rng.normal(size=n),
-        "cat": rng.choice(["a", "b", "c"], n),
-        "g": rng.choice([f"g{i}" for i in range(G)], n),
-    })
+    df = pd.DataFrame(
+        {
+            "x": rng.normal(size=n),
+            "cat": rng.choice(["a", "b", "c"], n),
+            "g": rng.choice([f"g{i}" for i in range(G)], n),
+        }
+    )
     u = rng.normal(0.0, 0.5, G)
-    eta = (0.3 + 0.5 * df["x"] + df["cat"].map({"a": 0.0, "b": 0.4, "c": -0.3})
-           + u[df["g"].str[1:].astype(int)]).to_numpy()
+    eta = (
+        0.3
+        + 0.5 * df["x"]
+        + df["cat"].map({"a": 0.0, "b": 0.4, "c": -0.3})
+        + u[df["g"].str[1:].astype(int)]
+    ).to_numpy()
     p = 1.0 / (1.0 + np.exp(-eta))
     df["yb"] = (rng.random(n) < p).astype(int)
     df["n"] = 5
@@ -102,8 +108,13 @@ def simulate(n, seed):
 def fit(family, df, args, tune, draws, nuts_tune, nuts_draws):
     model = bmb.Model(f"{FAMILIES[family]} ~ x + cat + (1|g)", df, family=family, noncentered=False)
     model.build()
-    common = dict(chains=args.chains, cores=args.cores, random_seed=args.seed, progressbar=False,
-                  compute_convergence_checks=False)
+    common = dict(
+        chains=args.chains,
+        cores=args.cores,
+        random_seed=args.seed,
+        progressbar=False,
+        compute_convergence_checks=False,
+    )
     with model.backend.model:
         step = pymc_sgs.SplitGibbs()
         print(f"\n[{family}] {step}")
@@ -136,20 +147,34 @@ def main(argv=None):
         ess = az.ess(sgs, var_names=COMMON)
         min_ess = min(float(ess[v].min()) for v in COMMON)
         st = sgs.sample_stats
-        rows.append({
-            "family": family,
-            "max |mean diff| / sd": round(float(dev.max()), 3),
-            "rho": round(float(st["rho"].values[:, -1].mean()), 4),
-            "z_accept": round(float(st["z_accept"].mean()), 3),
-            "min ESS (SGS)": round(min_ess),
-            "time SGS [s]": round(t_sgs, 1),
-            "time NUTS [s]": round(t_nuts, 1),
-        })
+        rows.append(
+            {
+                "family": family,
+                "max |mean diff| / sd": round(float(dev.max()), 3),
+                "rho": round(float(st["rho"].values[:, -1].mean()), 4),
+                "z_accept": round(float(st["z_accept"].mean()), 3),
+                "min ESS (SGS)": round(min_ess),
+                "time SGS [s]": round(t_sgs, 1),
+                "time NUTS [s]": round(t_nuts, 1),
+            }
+        )
         y = np.arange(len(s))
-        ax.errorbar(s["mean"], y - 0.12, xerr=[s["mean"] - s["hdi_3%"], s["hdi_97%"] - s["mean"]],
-                    fmt="o", ms=4, label="SplitGibbs")
-        ax.errorbar(r["mean"], y + 0.12, xerr=[r["mean"] - r["hdi_3%"], r["hdi_97%"] - r["mean"]],
-                    fmt="s", ms=4, label="NUTS")
+        ax.errorbar(
+            s["mean"],
+            y - 0.12,
+            xerr=[s["mean"] - s["hdi_3%"], s["hdi_97%"] - s["mean"]],
+            fmt="o",
+            ms=4,
+            label="SplitGibbs",
+        )
+        ax.errorbar(
+            r["mean"],
+            y + 0.12,
+            xerr=[r["mean"] - r["hdi_3%"], r["hdi_97%"] - r["mean"]],
+            fmt="s",
+            ms=4,
+            label="NUTS",
+        )
         ax.set_yticks(y, s.index)
         ax.invert_yaxis()
         ax.set_title(f"{family}")

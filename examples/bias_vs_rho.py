@@ -116,8 +116,9 @@ def main(argv=None):
     grid = sorted(args.rho or grid)
     chains = args.chains or chains
     model = make_model(args.n, args.seed)
-    common = dict(chains=chains, cores=args.cores, progressbar=False,
-                  compute_convergence_checks=False)
+    common = dict(
+        chains=chains, cores=args.cores, progressbar=False, compute_convergence_checks=False
+    )
 
     t_start = time.perf_counter()
     with model:
@@ -134,14 +135,17 @@ def main(argv=None):
         n_draws = draws if rho == "auto" else int(draws * max(1.0, 0.1 / rho))
         with model:
             step = pymc_sgs.SplitGibbs(rho=rho)
-            idata = pm.sample(step=step, tune=tune, draws=n_draws,
-                              random_seed=args.seed + 1 + i, **common)
+            idata = pm.sample(
+                step=step, tune=tune, draws=n_draws, random_seed=args.seed + 1 + i, **common
+            )
         row = measure(idata, ref)
         row["setting"] = f"rho={rho}" if rho != "auto" else "rho='auto'"
         rows.append(row)
-        print(f"{row['setting']:>12}: rho {row['rho']:.3f}  bias {row['bias']:.3f} "
-              f"(PSIS {row['bias_psis']:.3f})  IAT {row['iat']:.1f}  k-hat {row['khat']:.2f}",
-              flush=True)
+        print(
+            f"{row['setting']:>12}: rho {row['rho']:.3f}  bias {row['bias']:.3f} "
+            f"(PSIS {row['bias_psis']:.3f})  IAT {row['iat']:.1f}  k-hat {row['khat']:.2f}",
+            flush=True,
+        )
         if rho == "auto":
             auto_idata = idata
 
@@ -160,30 +164,56 @@ def main(argv=None):
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
 
     ax = axes[0]
-    ax.errorbar(rho, fixed["bias"], yerr=fixed["bias_mcerr"], marker="o", capsize=3,
-                label="uncorrected (draws of $\\pi_\\rho$)")
+    ax.errorbar(
+        rho,
+        fixed["bias"],
+        yerr=fixed["bias_mcerr"],
+        marker="o",
+        capsize=3,
+        label="uncorrected (draws of $\\pi_\\rho$)",
+    )
     ok = fixed["khat"].to_numpy() <= 0.7
-    ax.errorbar(rho[ok], fixed["bias_psis"][ok], yerr=fixed["bias_psis_mcerr"][ok], marker="s",
-                capsize=3, label="PSIS-corrected (k-hat $\\leq$ 0.7)")
+    ax.errorbar(
+        rho[ok],
+        fixed["bias_psis"][ok],
+        yerr=fixed["bias_psis_mcerr"][ok],
+        marker="s",
+        capsize=3,
+        label="PSIS-corrected (k-hat $\\leq$ 0.7)",
+    )
     if (~ok).any():
-        ax.plot(rho[~ok], fixed["bias_psis"][~ok], "x", color="C1", ms=9,
-                label="PSIS-corrected, k-hat > 0.7 (unreliable)")
+        ax.plot(
+            rho[~ok],
+            fixed["bias_psis"][~ok],
+            "x",
+            color="C1",
+            ms=9,
+            label="PSIS-corrected, k-hat > 0.7 (unreliable)",
+        )
     # rho^2 guide through the largest-rho uncorrected point
     guide = fixed["bias"].iloc[-1] * (rho / rho[-1]) ** 2
     ax.plot(rho, guide, ":", color="grey", label="$\\propto \\rho^2$")
-    ax.axhline(fixed["noise"].median(), color="k", ls="--", lw=0.8,
-               label="Monte Carlo noise level")
+    ax.axhline(fixed["noise"].median(), color="k", ls="--", lw=0.8, label="Monte Carlo noise level")
     ax.axvline(auto["rho"], color="C2", lw=1, label=f"rho='auto' chose {auto['rho']:.3f}")
-    ax.set(xscale="log", yscale="log", xlabel="rho",
-           ylabel="max |mean - mean_NUTS| / sd_NUTS",
-           title="bias of the posterior means")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="rho",
+        ylabel="max |mean - mean_NUTS| / sd_NUTS",
+        title="bias of the posterior means",
+    )
     ax.legend(fontsize=8)
 
     ax = axes[1]
     ax.plot(rho, fixed["iat"], "o-", label="fixed rho")
     ax.plot([auto["rho"]], [auto["iat"]], "*", ms=14, color="C2", label="rho='auto'")
-    ax.set(xscale="log", yscale="log", xlabel="rho", ylabel="draws per effective draw",
-           title="IAT (draws / min bulk ESS)")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="rho",
+        ylabel="draws per effective draw",
+        title="IAT (draws / min bulk ESS)",
+    )
     ax.legend(fontsize=8)
 
     ax = axes[2]
@@ -194,8 +224,10 @@ def main(argv=None):
     ax.set(xscale="log", xlabel="rho", title="importance weights $\\pi / \\pi_\\rho$")
     ax.legend(fontsize=8)
 
-    fig.suptitle(f"SplitGibbs on a logistic regression (n={args.n}, d=6): the rho trade-off "
-                 f"({chains} chains x {draws} draws per rho, x 0.1/rho below rho = 0.1)")
+    fig.suptitle(
+        f"SplitGibbs on a logistic regression (n={args.n}, d=6): the rho trade-off "
+        f"({chains} chains x {draws} draws per rho, x 0.1/rho below rho = 0.1)"
+    )
     fig.tight_layout()
     fig.savefig(args.outdir / "bias_vs_rho.png", dpi=100)
     plt.close(fig)

@@ -54,7 +54,9 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="short chains (smoke test)")
     p.add_argument("--outdir", type=Path, default=DEFAULT_OUTDIR, help="where to write the figures")
     p.add_argument("--n-features", type=int, default=10, help="use the first k of the 30 features")
-    p.add_argument("--prior-sd", type=float, default=2.5, help="sd of the Normal prior of the slopes")
+    p.add_argument(
+        "--prior-sd", type=float, default=2.5, help="sd of the Normal prior of the slopes"
+    )
     p.add_argument("--chains", type=int, default=None)
     p.add_argument("--cores", type=int, default=None, help="passed to pm.sample")
     p.add_argument("--seed", type=int, default=1)
@@ -89,8 +91,10 @@ def main(argv=None):
     chains = args.chains or chains
 
     X, y, names = load_data(args.n_features)
-    print(f"breast cancer data: n={X.shape[0]} tumours ({y.sum()} malignant), "
-          f"{X.shape[1]} standardised features: {', '.join(names)}")
+    print(
+        f"breast cancer data: n={X.shape[0]} tumours ({y.sum()} malignant), "
+        f"{X.shape[1]} standardised features: {', '.join(names)}"
+    )
     cond = np.linalg.cond(np.column_stack([np.ones(len(y)), X]))
     print(f"condition number of the design [1, X]: {cond:.0f}")
     model = build_model(X, y, names, args.prior_sd)
@@ -113,20 +117,26 @@ def main(argv=None):
     print(az.summary(idata_nuts, var_names=var_names, round_to=3).to_string())
 
     stats = idata_sgs.sample_stats
-    print(f"\nSplitGibbs: rho per chain {stats['rho'].values[:, 0].round(4)}, "
-          f"mean z-move acceptance {float(stats['z_accept'].mean()):.3f}, "
-          f"pm.sample wall time {t_sgs:.1f} s (NUTS: {t_nuts:.1f} s, "
-          f"mean {float(idata_nuts.sample_stats['n_steps'].mean()):.0f} leapfrog steps/draw)")
+    print(
+        f"\nSplitGibbs: rho per chain {stats['rho'].values[:, 0].round(4)}, "
+        f"mean z-move acceptance {float(stats['z_accept'].mean()):.3f}, "
+        f"pm.sample wall time {t_sgs:.1f} s (NUTS: {t_nuts:.1f} s, "
+        f"mean {float(idata_nuts.sample_stats['n_steps'].mean()):.0f} leapfrog steps/draw)"
+    )
 
     corrected = pymc_sgs.psis_summary(idata_sgs, var_names=var_names)
     print("\n=== SplitGibbs: PSIS bias-corrected summary ===")
     print(corrected.round(3).to_string())
-    print(f"Pareto k-hat {corrected.attrs['khat']:.2f} (< 0.5: the correction is reliable), "
-          f"weight ESS {corrected.attrs['weight_ess']:.2f} of the draws")
+    print(
+        f"Pareto k-hat {corrected.attrs['khat']:.2f} (< 0.5: the correction is reliable), "
+        f"weight ESS {corrected.attrs['weight_ess']:.2f} of the draws"
+    )
     lw = stats["log_weight"].values
     w = np.exp(lw - lw.max(axis=1, keepdims=True))
-    print("bias certificate per chain, sd of the normalised weights pi/pi_rho (target <= 0.1):",
-          np.round((w / w.mean(axis=1, keepdims=True)).std(axis=1), 3))
+    print(
+        "bias certificate per chain, sd of the normalised weights pi/pi_rho (target <= 0.1):",
+        np.round((w / w.mean(axis=1, keepdims=True)).std(axis=1), 3),
+    )
 
     # agreement with NUTS, in NUTS posterior sds (includes Monte Carlo error of both runs)
     # (psis_summary labels vector entries by position, az.summary by coordinate: align by row)
@@ -134,8 +144,10 @@ def main(argv=None):
     mean_n, sd_n = m_nuts["mean"].to_numpy(), m_nuts["sd"].to_numpy()
     diff_rho = np.abs(corrected["mean_rho"].to_numpy() - mean_n) / sd_n
     diff_psis = np.abs(corrected["mean"].to_numpy() - mean_n) / sd_n
-    print(f"max |mean_SGS - mean_NUTS| / sd_NUTS: {diff_rho.max():.3f} uncorrected, "
-          f"{diff_psis.max():.3f} PSIS-corrected (includes Monte Carlo error of both runs)")
+    print(
+        f"max |mean_SGS - mean_NUTS| / sd_NUTS: {diff_rho.max():.3f} uncorrected, "
+        f"{diff_psis.max():.3f} PSIS-corrected (includes Monte Carlo error of both runs)"
+    )
 
     # ---------------------------------------------------------------- figures
     axes = az.plot_trace(idata_sgs, var_names=var_names, compact=True, figsize=(11, 6))
@@ -145,8 +157,12 @@ def main(argv=None):
     fig.savefig(args.outdir / "breast_cancer_trace.png", dpi=100)
     plt.close(fig)
 
-    axes = az.plot_rank(idata_sgs, var_names=["intercept", "beta"],
-                        coords={"feature": names[: min(5, len(names))]}, kind="bars")
+    axes = az.plot_rank(
+        idata_sgs,
+        var_names=["intercept", "beta"],
+        coords={"feature": names[: min(5, len(names))]},
+        kind="bars",
+    )
     fig = np.ravel(axes)[0].figure
     fig.suptitle("SplitGibbs rank plot (intercept and first slopes)")
     fig.tight_layout()

@@ -70,13 +70,17 @@ def blas_status() -> str:
     flags = pytensor.config.blas__ldflags
     if flags:
         return f"PyTensor is linked to a BLAS (blas__ldflags={flags!r})"
-    return ("PyTensor is NOT linked to a BLAS (blas__ldflags=''): NUTS's compiled logp/gradient "
-            "falls back to slower dot products, so its ESS/s here is pessimistic")
+    return (
+        "PyTensor is NOT linked to a BLAS (blas__ldflags=''): NUTS's compiled logp/gradient "
+        "falls back to slower dot products, so its ESS/s here is pessimistic"
+    )
 
 
 def make_model(n: int, d: int, corr: float, seed: int):
     rng = np.random.default_rng(seed)
-    X = np.sqrt(corr) * rng.standard_normal((n, 1)) + np.sqrt(1 - corr) * rng.standard_normal((n, d))
+    X = np.sqrt(corr) * rng.standard_normal((n, 1)) + np.sqrt(1 - corr) * rng.standard_normal(
+        (n, d)
+    )
     beta_true = rng.standard_normal(d) / np.sqrt(d)
     y = (rng.random(n) < 1.0 / (1.0 + np.exp(-(X @ beta_true)))).astype(np.int64)
     with pm.Model() as model:
@@ -114,8 +118,10 @@ def main(argv=None):
 
     model, X = make_model(args.n, args.d, args.corr, args.seed)
     ev = np.linalg.eigvalsh(X.T @ X)
-    print(f"design: n={args.n}, d={args.d}, equicorrelated features (corr {args.corr}); "
-          f"condition number of X^T X: {ev[-1] / ev[0]:.0f}")
+    print(
+        f"design: n={args.n}, d={args.d}, equicorrelated features (corr {args.corr}); "
+        f"condition number of X^T X: {ev[-1] / ev[0]:.0f}"
+    )
     kw = dict(chains=chains, cores=args.cores, tune=tune, draws=draws, random_seed=args.seed)
 
     res = {"SplitGibbs": run(model, lambda: pymc_sgs.SplitGibbs(), **kw)}
@@ -135,23 +141,33 @@ def main(argv=None):
     sn = az.summary(nuts, var_names=["beta"], kind="stats")
     dev = np.abs(ps["mean_rho"].to_numpy() - sn["mean"].to_numpy()) / sn["sd"].to_numpy()
     stats = nuts.sample_stats
-    print(f"\nSplitGibbs: rho {np.unique(sgs.sample_stats['rho'].values.round(4))}, "
-          f"PSIS k-hat {ps.attrs['khat']:.2f}, max |mean - mean_NUTS| / sd_NUTS {dev.max():.3f}")
-    print(f"NUTS: mean {float(stats['n_steps'].mean()):.0f} leapfrog steps per draw, "
-          f"max tree depth {int(stats['tree_depth'].max())}, "
-          f"{int(stats['diverging'].sum())} divergences")
+    print(
+        f"\nSplitGibbs: rho {np.unique(sgs.sample_stats['rho'].values.round(4))}, "
+        f"PSIS k-hat {ps.attrs['khat']:.2f}, max |mean - mean_NUTS| / sd_NUTS {dev.max():.3f}"
+    )
+    print(
+        f"NUTS: mean {float(stats['n_steps'].mean()):.0f} leapfrog steps per draw, "
+        f"max tree depth {int(stats['tree_depth'].max())}, "
+        f"{int(stats['diverging'].sum())} divergences"
+    )
 
-    print(f"\n{'sampler':<40} {'min ESS':>8} {'wall s':>8} {'sampling s':>11} "
-          f"{'ESS/s (wall)':>13} {'ESS/s (sampling)':>17}")
+    print(
+        f"\n{'sampler':<40} {'min ESS':>8} {'wall s':>8} {'sampling s':>11} "
+        f"{'ESS/s (wall)':>13} {'ESS/s (sampling)':>17}"
+    )
     for name, r in res.items():
         r["ess_s_wall"] = r["min_ess"] / r["wall"]
         r["ess_s_sampling"] = r["min_ess"] / r["sampling"]
         label = name.replace("\n", " ")
-        print(f"{label:<40} {r['min_ess']:8.0f} {r['wall']:8.1f} {r['sampling']:11.1f} "
-              f"{r['ess_s_wall']:13.1f} {r['ess_s_sampling']:17.1f}")
+        print(
+            f"{label:<40} {r['min_ess']:8.0f} {r['wall']:8.1f} {r['sampling']:11.1f} "
+            f"{r['ess_s_wall']:13.1f} {r['ess_s_sampling']:17.1f}"
+        )
     load1 = os.getloadavg()[0]
-    print(f"1-min load average {load0:.1f} at start, {load1:.1f} at end, on {os.cpu_count()} CPUs "
-          "(timings from a loaded machine are pessimistic for every sampler)")
+    print(
+        f"1-min load average {load0:.1f} at start, {load1:.1f} at end, on {os.cpu_count()} CPUs "
+        "(timings from a loaded machine are pessimistic for every sampler)"
+    )
     for name, r in list(res.items())[:2]:
         label = name.replace("\n", " ")
         print(f"{label} / NUTS, ESS/s (wall): {r['ess_s_wall'] / res['NUTS']['ess_s_wall']:.2f}x")
@@ -161,20 +177,29 @@ def main(argv=None):
     names = list(res)
     x = np.arange(len(names))
     width = 0.38
-    for k, (key, label) in enumerate([("ess_s_wall", "per wall second (incl. setup)"),
-                                      ("ess_s_sampling", "per sampling second")]):
+    for k, (key, label) in enumerate(
+        [("ess_s_wall", "per wall second (incl. setup)"), ("ess_s_sampling", "per sampling second")]
+    ):
         vals = [res[nm][key] for nm in names]
         bars = ax.bar(x + (k - 0.5) * width, vals, width, label=label, color=f"C{k}")
         ax.bar_label(bars, fmt="%.1f", fontsize=9)
     ax.set_xticks(x, [f"{nm}\n(min ESS {res[nm]['min_ess']:.0f})" for nm in names])
     ax.set_ylabel("min bulk ESS over coefficients / s")
-    ax.set_title(f"Ill-conditioned logistic regression (corr {args.corr}, d={args.d}, "
-                 f"n={args.n})\n{chains} chains x ({tune} tune + {draws} draws)", fontsize=10)
+    ax.set_title(
+        f"Ill-conditioned logistic regression (corr {args.corr}, d={args.d}, "
+        f"n={args.n})\n{chains} chains x ({tune} tune + {draws} draws)",
+        fontsize=10,
+    )
     ax.legend(fontsize=9)
-    fig.text(0.01, 0.01, "PyTensor BLAS: " + ("linked" if pytensor.config.blas__ldflags
-                                              else "not linked (NUTS pessimistic)")
-             + f"; load average {load0:.1f} / {load1:.1f} (start / end) on {os.cpu_count()} CPUs",
-             fontsize=8, color="grey")
+    fig.text(
+        0.01,
+        0.01,
+        "PyTensor BLAS: "
+        + ("linked" if pytensor.config.blas__ldflags else "not linked (NUTS pessimistic)")
+        + f"; load average {load0:.1f} / {load1:.1f} (start / end) on {os.cpu_count()} CPUs",
+        fontsize=8,
+        color="grey",
+    )
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(args.outdir / "ess_per_second.png", dpi=100)
     plt.close(fig)

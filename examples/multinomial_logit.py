@@ -105,8 +105,10 @@ def main(argv=None):
         t0 = time.perf_counter()
         nuts = pm.sample(draws=max(draws // 4, 300), tune=tune, **kw)
         t_nuts = time.perf_counter() - t0
-    print(f"\nSplitGibbs ({t_sgs:.1f} s), tuned rho per chain: "
-          f"{np.unique(sgs.sample_stats['rho'].values[:, -1]).round(3)}")
+    print(
+        f"\nSplitGibbs ({t_sgs:.1f} s), tuned rho per chain: "
+        f"{np.unique(sgs.sample_stats['rho'].values[:, -1]).round(3)}"
+    )
     summ = az.summary(sgs, var_names=VAR_NAMES)
     print(summ.to_string())
     print(f"\nNUTS ({t_nuts:.1f} s)")
@@ -117,13 +119,20 @@ def main(argv=None):
     # the rows are few and the coefficients large (sepal length nearly separates setosa):
     # SplitGibbs mixes much more slowly per draw than NUTS on such a small, strongly
     # informative data set; it is built for many rows
-    print(f"min bulk ESS per second: SplitGibbs {summ['ess_bulk'].min() / t_sgs:.1f}, "
-          f"NUTS {ref['ess_bulk'].min() / t_nuts:.1f} (times include compilation)")
+    print(
+        f"min bulk ESS per second: SplitGibbs {summ['ess_bulk'].min() / t_sgs:.1f}, "
+        f"NUTS {ref['ess_bulk'].min() / t_nuts:.1f} (times include compilation)"
+    )
     print("\nSplitGibbs, PSIS-corrected (pymc_sgs.psis_summary):")
     print(pymc_sgs.psis_summary(sgs, var_names=VAR_NAMES, warn=False).round(4).to_string())
 
-    ax = az.plot_forest([sgs, nuts], model_names=["SplitGibbs", "NUTS"], var_names=VAR_NAMES,
-                        combined=True, figsize=(6, 4))
+    ax = az.plot_forest(
+        [sgs, nuts],
+        model_names=["SplitGibbs", "NUTS"],
+        var_names=VAR_NAMES,
+        combined=True,
+        figsize=(6, 4),
+    )
     ax[0].set_title("iris species ~ sepal length + width (reference: setosa)")
     out = args.outdir / "multinomial_logit_forest.png"
     plt.savefig(out, dpi=110, bbox_inches="tight")

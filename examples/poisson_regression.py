@@ -110,12 +110,18 @@ def main(argv=None):
     chains = args.chains or chains
 
     cases, pop, U = load_data()
-    print(f"statsmodels 'cancer' data: {len(cases)} counties, {cases.sum()} cases, "
-          f"population {pop.min():.0f} to {pop.max():.0f}, "
-          f"crude rate {1000 * cases.sum() / pop.sum():.2f} per 1000")
+    print(
+        f"statsmodels 'cancer' data: {len(cases)} counties, {cases.sum()} cases, "
+        f"population {pop.min():.0f} to {pop.max():.0f}, "
+        f"crude rate {1000 * cases.sum() / pop.sum():.2f} per 1000"
+    )
     mle = sm.GLM(cases, sm.add_constant(U), family=sm.families.Poisson(), offset=np.log(pop)).fit()
-    print("statsmodels GLM maximum likelihood (a, b1, b2):",
-          np.round(mle.params, 3), "se", np.round(mle.bse, 3))
+    print(
+        "statsmodels GLM maximum likelihood (a, b1, b2):",
+        np.round(mle.params, 3),
+        "se",
+        np.round(mle.bse, 3),
+    )
 
     model = build_model(cases, pop, U)
     common = dict(chains=chains, cores=args.cores, random_seed=args.seed, progressbar=False)
@@ -134,14 +140,20 @@ def main(argv=None):
     print("\n=== NUTS: ArviZ summary ===")
     print(az.summary(idata_nuts, var_names=VAR_NAMES, round_to=4).to_string())
     stats = idata_sgs.sample_stats
-    print(f"\nSplitGibbs: rho per chain {stats['rho'].values[:, 0].round(4)}, "
-          f"pm.sample wall time {t_sgs:.1f} s (NUTS {t_nuts:.1f} s)")
+    print(
+        f"\nSplitGibbs: rho per chain {stats['rho'].values[:, 0].round(4)}, "
+        f"pm.sample wall time {t_sgs:.1f} s (NUTS {t_nuts:.1f} s)"
+    )
     corrected = pymc_sgs.psis_summary(idata_sgs, var_names=VAR_NAMES)
     print("\n=== SplitGibbs: PSIS bias-corrected summary ===")
     print(corrected.round(4).to_string())
-    print(f"Pareto k-hat {corrected.attrs['khat']:.2f}, weight ESS {corrected.attrs['weight_ess']:.2f}")
-    print("bias certificate per chain, sd of the normalised weights pi/pi_rho (target <= 0.1):",
-          np.round(weight_sd_per_chain(idata_sgs), 3))
+    print(
+        f"Pareto k-hat {corrected.attrs['khat']:.2f}, weight ESS {corrected.attrs['weight_ess']:.2f}"
+    )
+    print(
+        "bias certificate per chain, sd of the normalised weights pi/pi_rho (target <= 0.1):",
+        np.round(weight_sd_per_chain(idata_sgs), 3),
+    )
     sn = az.summary(idata_nuts, var_names=VAR_NAMES, kind="stats")
     dev = np.abs(corrected["mean_rho"].to_numpy() - sn["mean"].to_numpy()) / sn["sd"].to_numpy()
     print(f"max |mean_SGS - mean_NUTS| / sd_NUTS: {dev.max():.3f} (includes Monte Carlo error)")
@@ -166,13 +178,20 @@ def main(argv=None):
     u_grid = (grid - logpop.mean()) / logpop.std()
     fig, ax = plt.subplots(figsize=(8, 4.8))
     ax.scatter(pop, 1000 * cases / pop, s=12, color="grey", alpha=0.6, label="county (observed)")
-    for idata, name, color, ls in [(idata_sgs, "SplitGibbs", "C0", "-"),
-                                   (idata_nuts, "NUTS", "C1", "--")]:
+    for idata, name, color, ls in [
+        (idata_sgs, "SplitGibbs", "C0", "-"),
+        (idata_nuts, "NUTS", "C1", "--"),
+    ]:
         mean, lo, hi = rate_band(idata, u_grid)
         ax.plot(np.exp(grid), mean, ls, color=color, label=f"{name}: posterior mean rate")
         ax.fill_between(np.exp(grid), lo, hi, color=color, alpha=0.2, label=f"{name}: 94% interval")
-    ax.set(xscale="log", xlabel="county population", ylabel="breast cancer cases per 1000",
-           title="Incidence against county size", ylim=(0, np.quantile(1000 * cases / pop, 0.99) * 1.1))
+    ax.set(
+        xscale="log",
+        xlabel="county population",
+        ylabel="breast cancer cases per 1000",
+        title="Incidence against county size",
+        ylim=(0, np.quantile(1000 * cases / pop, 0.99) * 1.1),
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(args.outdir / "poisson_fit.png", dpi=100)

@@ -117,8 +117,10 @@ def main(argv=None):
     for q in QUANTILES:
         params, b = pilot_rate(x, y, q)
         model = build_model(x, y, q, b)
-        print(f"\n################ q = {q}: b = {b:.3f}; true line (a, s) = "
-              f"{np.round(true_line(q), 3)}; statsmodels QuantReg {np.round(params, 3)}")
+        print(
+            f"\n################ q = {q}: b = {b:.3f}; true line (a, s) = "
+            f"{np.round(true_line(q), 3)}; statsmodels QuantReg {np.round(params, 3)}"
+        )
         with model:
             step = pymc_sgs.SplitGibbs()
             print(step)
@@ -137,10 +139,12 @@ def main(argv=None):
         print(corrected.round(4).to_string())
         sn = az.summary(idata_nuts, var_names=VAR_NAMES, kind="stats")
         dev = np.abs(corrected["mean"].to_numpy() - sn["mean"].to_numpy()) / sn["sd"].to_numpy()
-        print(f"rho per chain {idata_sgs.sample_stats['rho'].values[:, -1].round(4)}; k-hat "
-              f"{corrected.attrs['khat']:.2f}; wall time SplitGibbs {t_sgs:.1f} s, NUTS "
-              f"{t_nuts:.1f} s; max |mean_SGS - mean_NUTS| / sd_NUTS = {dev.max():.3f} "
-              "(includes Monte Carlo error)")
+        print(
+            f"rho per chain {idata_sgs.sample_stats['rho'].values[:, -1].round(4)}; k-hat "
+            f"{corrected.attrs['khat']:.2f}; wall time SplitGibbs {t_sgs:.1f} s, NUTS "
+            f"{t_nuts:.1f} s; max |mean_SGS - mean_NUTS| / sd_NUTS = {dev.max():.3f} "
+            "(includes Monte Carlo error)"
+        )
         results[q] = (idata_sgs, idata_nuts)
 
     # ---------------------------------------------------------------- figures
@@ -149,10 +153,13 @@ def main(argv=None):
     ax.scatter(x, y, s=8, color="grey", alpha=0.5, label="data")
     for k, q in enumerate(QUANTILES):
         a0, s0 = true_line(q)
-        ax.plot(grid, a0 + s0 * grid, ":", color="k", lw=1,
-                label="true quantile" if k == 0 else None)
-        for idata, name, ls, color in [(results[q][0], "SplitGibbs", "-", "C0"),
-                                       (results[q][1], "NUTS", "--", "C1")]:
+        ax.plot(
+            grid, a0 + s0 * grid, ":", color="k", lw=1, label="true quantile" if k == 0 else None
+        )
+        for idata, name, ls, color in [
+            (results[q][0], "SplitGibbs", "-", "C0"),
+            (results[q][1], "NUTS", "--", "C1"),
+        ]:
             post = az.extract(idata, var_names=VAR_NAMES)
             line = post["a"].values.mean() + post["s"].values.mean() * grid
             ax.plot(grid, line, ls, color=color, label=name if k == 0 else None)
@@ -167,8 +174,10 @@ def main(argv=None):
     for k, q in enumerate(QUANTILES):
         for r, name in enumerate(VAR_NAMES):
             ax = axes[r, k]
-            for idata, label, color in [(results[q][0], "SplitGibbs", "C0"),
-                                        (results[q][1], "NUTS", "C1")]:
+            for idata, label, color in [
+                (results[q][0], "SplitGibbs", "C0"),
+                (results[q][1], "NUTS", "C1"),
+            ]:
                 v = idata.posterior[name].values.ravel()
                 ax.hist(v, bins=50, density=True, histtype="step", color=color, label=label)
             ax.axvline(true_line(q)[r], color="k", ls=":", lw=1)

@@ -8,7 +8,12 @@ imported on first use, so a Dask worker that only runs the kernel on its shard
 from importlib import import_module
 
 from .backends import (
-    Backend, DaskBackend, LocalBackend, SamplingStopped, ShardLostError, ShardLostWarning,
+    Backend,
+    DaskBackend,
+    LocalBackend,
+    SamplingStopped,
+    ShardLostError,
+    ShardLostWarning,
 )
 from .families import FAMILIES, Family
 from .kernel import SGSInfo, SGSState, SplitGibbsKernel

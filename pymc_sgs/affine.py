@@ -42,8 +42,13 @@ def _design_candidates(graph, n: int, d: int) -> list:
             value = var.get_value(borrow=True)
         else:
             continue
-        if (isinstance(value, np.ndarray) and value.shape == (n, d) and value.dtype == np.float64
-                and value.flags.c_contiguous and not any(value is f for f in found)):
+        if (
+            isinstance(value, np.ndarray)
+            and value.shape == (n, d)
+            and value.dtype == np.float64
+            and value.flags.c_contiguous
+            and not any(value is f for f in found)
+        ):
             found.append(value)
     return found
 
@@ -76,10 +81,11 @@ def affine_map(terms, theta_rvs, model, rng, nuisance_rvs=()):
     # the split terms' parameters follow the predictors in the outputs
     init = model.initial_point()
     givens = {
-        model.rvs_to_values[r]: pt.constant(init[model.rvs_to_values[r].name])
-        for r in nuisance_rvs
+        model.rvs_to_values[r]: pt.constant(init[model.rvs_to_values[r].name]) for r in nuisance_rvs
     }
-    fn = pytensor.function(value_vars, graphs, givens=givens, on_unused_input="ignore", mode=DETECT_MODE)
+    fn = pytensor.function(
+        value_vars, graphs, givens=givens, on_unused_input="ignore", mode=DETECT_MODE
+    )
     shapes = [shape_of(rv) for rv in theta_rvs]
     sizes = [int(np.prod(s)) for s in shapes]
     d = sum(sizes)
@@ -99,10 +105,14 @@ def affine_map(terms, theta_rvs, model, rng, nuisance_rvs=()):
     k = len(terms)
     param_index = {
         i: k + j
-        for j, i in enumerate(i for i, t in enumerate(terms) if t.kind == "split" and t.param is not None)
+        for j, i in enumerate(
+            i for i, t in enumerate(terms) if t.kind == "split" and t.param is not None
+        )
     }
     # log links: one verdict per sign of eta (exp(eta) or exp(-eta))
-    link_ok = {i: ({1.0: True, -1.0: True} if terms[i].link.exposure else True) for i in param_index}
+    link_ok = {
+        i: ({1.0: True, -1.0: True} if terms[i].link.exposure else True) for i in param_index
+    }
     log_ref = {}
 
     def check_link(vals):

@@ -37,6 +37,7 @@ from .start import neg_log_posterior
 
 __all__ = ["map_estimate", "center_problem"]
 
+
 def _check_centrable(problem: SplitProblem) -> None:
     for t in problem.split_terms:
         # a potential -y z + psi(z) (canonical link, Family.canonical_link): centring only moves y
@@ -64,7 +65,8 @@ def _check_centrable(problem: SplitProblem) -> None:
 def _objective(problem: SplitProblem):
     """Negative log posterior of theta, its gradient and Hessian."""
     return neg_log_posterior(
-        problem.prior_precision, problem.prior_mean,
+        problem.prior_precision,
+        problem.prior_mean,
         [(t.family, t.A, t.offset, t.y, t.trials) for t in problem.split_terms],
         [(g.A, np.asarray(g.y, float) - g.offset, g.sigma) for g in problem.gaussian_terms],
     )
@@ -79,8 +81,12 @@ def map_estimate(problem: SplitProblem, theta0=None, *, tol: float = 1e-10) -> n
     f = _objective(problem)
     x0 = np.zeros(problem.d) if theta0 is None else np.asarray(theta0, float)
     res = scipy.optimize.minimize(
-        lambda x: f(x)[0], x0, jac=lambda x: f(x)[1], hess=lambda x: f(x)[2],
-        method="trust-exact", options={"gtol": tol, "maxiter": 500},
+        lambda x: f(x)[0],
+        x0,
+        jac=lambda x: f(x)[1],
+        hess=lambda x: f(x)[2],
+        method="trust-exact",
+        options={"gtol": tol, "maxiter": 500},
     )
     grad_norm = float(np.linalg.norm(f(res.x)[1]))
     if not np.isfinite(grad_norm) or grad_norm > 1e-6 * max(1.0, np.sqrt(problem.d)):

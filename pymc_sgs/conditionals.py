@@ -113,13 +113,24 @@ def find_z_mode(family: Family, y, trials, centre, rho, z_init=None, *, tol=1e-6
         # many bisections: continue on those rows only
         bad = np.flatnonzero(~done)
         sub = lambda a: a if np.ndim(a) == 0 else np.broadcast_to(a, z.shape)[bad]  # noqa: E731
-        sub_args = (family, sub(y), None if trials is None else sub(trials), sub(centre),
-                    sub(rho), sub(inv_r2), tol)
-        z[bad] = _safeguarded_newton(*sub_args, z[bad], lo[bad], hi[bad], prev[bad], 20 * max_iter)[0]
+        sub_args = (
+            family,
+            sub(y),
+            None if trials is None else sub(trials),
+            sub(centre),
+            sub(rho),
+            sub(inv_r2),
+            tol,
+        )
+        z[bad] = _safeguarded_newton(*sub_args, z[bad], lo[bad], hi[bad], prev[bad], 20 * max_iter)[
+            0
+        ]
     return z
 
 
-def _safeguarded_newton(family, y, trials, centre, rho, inv_r2, tol, z, lo, hi, prev_step, max_iter):
+def _safeguarded_newton(
+    family, y, trials, centre, rho, inv_r2, tol, z, lo, hi, prev_step, max_iter
+):
     done = np.zeros(z.shape, dtype=bool)
     for _ in range(max_iter):
         with np.errstate(over="ignore", invalid="ignore"):
@@ -274,7 +285,9 @@ def overrelaxed_z_move(
     if np.any(rest):
         y_r, t_r = y[rest], None if trials is None else trials[rest]
         c_r, rho_r = centre[rest], rho[rest]
-        m_r = find_z_mode(family, y_r, t_r, c_r, rho_r, None if z_init is None else np.asarray(z_init)[rest])
+        m_r = find_z_mode(
+            family, y_r, t_r, c_r, rho_r, None if z_init is None else np.asarray(z_init)[rest]
+        )
         curv = family.hess(m_r, y_r, t_r)
         gm = family.grad(m_r, y_r, t_r) + (m_r - c_r) * inv_r2[rest]
         m[rest] = m_r
@@ -284,9 +297,8 @@ def overrelaxed_z_move(
     if np.any(tier):
         h = near.derivatives[1][tier]
         y_t, t_t, c_t = y[tier], None if trials is None else trials[tier], centre[tier]
-        log_ratio[tier] = (
-            series_remainder(family, z[tier], c_t, y_t, t_t, h)
-            - series_remainder(family, prop[tier], c_t, y_t, t_t, h)
+        log_ratio[tier] = series_remainder(family, z[tier], c_t, y_t, t_t, h) - series_remainder(
+            family, prop[tier], c_t, y_t, t_t, h
         )
     if np.any(rest):
 
@@ -296,7 +308,9 @@ def overrelaxed_z_move(
 
         log_ratio[rest] = remainder(z[rest]) - remainder(prop[rest])
     accept = rng.random(n) < np.exp(np.minimum(log_ratio, 0.0))
-    return ZMove(z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept)) if n else 1.0)
+    return ZMove(
+        z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept)) if n else 1.0
+    )
 
 
 def mh_z_move(
@@ -350,14 +364,17 @@ def mh_z_move(
         # g(v) - q(v)
         with np.errstate(over="ignore", invalid="ignore"):
             return (
-                family.potential(v, y, trials) + 0.5 * (v - centre) ** 2 * inv_r2
+                family.potential(v, y, trials)
+                + 0.5 * (v - centre) ** 2 * inv_r2
                 - 0.5 * (v - m) ** 2 * prec
             )
 
     log_ratio = log_ratio_part(z) - log_ratio_part(prop)
     log_ratio = np.where(np.isnan(log_ratio), -np.inf, log_ratio)
     accept = rng.random(n) < np.exp(np.minimum(log_ratio, 0.0))
-    return ZMove(z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept)) if n else 1.0)
+    return ZMove(
+        z=np.where(accept, prop, z), mode=m, accept_prob=float(np.mean(accept)) if n else 1.0
+    )
 
 
 def triangular_solve(lower_f, b, trans: bool = False) -> np.ndarray:
@@ -367,7 +384,9 @@ def triangular_solve(lower_f, b, trans: bool = False) -> np.ndarray:
     without its argument checks, which were a measurable part of a sweep at small n (two
     solves per theta-step, one per shift move; ``benchmarks/sweep_cost.py`` times a sweep).
     """
-    return dtrsv(lower_f, np.ascontiguousarray(b, dtype=np.float64), lower=1, trans=1 if trans else 0)
+    return dtrsv(
+        lower_f, np.ascontiguousarray(b, dtype=np.float64), lower=1, trans=1 if trans else 0
+    )
 
 
 class SingularPrecisionError(ValueError):
@@ -460,8 +479,10 @@ class GaussianThetaConditional:
     def set_sigmas(self, sigmas) -> None:
         """Set the scales of the Gaussian terms; refactor only if they changed."""
         sigmas = tuple(np.asarray(s, dtype=float) for s in sigmas)
-        if self._chol is not None and len(sigmas) == len(self._sigmas or ()) and all(
-            np.array_equal(a, b) for a, b in zip(sigmas, self._sigmas)
+        if (
+            self._chol is not None
+            and len(sigmas) == len(self._sigmas or ())
+            and all(np.array_equal(a, b) for a, b in zip(sigmas, self._sigmas))
         ):
             return
         Q = self._prior_precision + self._split_precision

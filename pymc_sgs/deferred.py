@@ -51,9 +51,7 @@ class DeferredStep(Sequence):
         named = set(signature.parameters)
         unknown = sorted(set(kwargs) - named - set(LEGACY_KEYWORDS))
         if unknown:
-            raise TypeError(
-                f"{cls.__name__}(): got an unexpected keyword argument {unknown[0]!r}"
-            )
+            raise TypeError(f"{cls.__name__}(): got an unexpected keyword argument {unknown[0]!r}")
         object.__setattr__(self, "_cls", cls)
         object.__setattr__(self, "_args", tuple(args))
         object.__setattr__(self, "_kwargs", dict(kwargs))
@@ -100,5 +98,7 @@ class DeferredStep(Sequence):
 
     def __repr__(self) -> str:
         args = [repr(a) for a in self._args] + [f"{k}={v!r}" for k, v in self._kwargs.items()]
-        return (f"{self._cls.__name__}({', '.join(args)}) "
-                "[deferred: built by pm.sample in the model on the context stack]")
+        return (
+            f"{self._cls.__name__}({', '.join(args)}) "
+            "[deferred: built by pm.sample in the model on the context stack]"
+        )

@@ -22,9 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pytensor
-
 import pymc as pm
+import pytensor
 
 from .affine import affine_map
 from .detect_nonsmooth import asymmetric_laplace_term, is_laplace, laplace_prior_term
@@ -176,7 +175,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
     eta_rvs = free_rvs_in([t.eta for t in terms], model) if terms else []
     nuisance_candidates = set(free_rvs_in([g for t in terms for g in t.nuisance.values()], model))
     if vars is not None:
-        theta_rvs = [r for r in user_theta_rvs(vars, model) if r not in nuisance_candidates or r in eta_rvs]
+        theta_rvs = [
+            r for r in user_theta_rvs(vars, model) if r not in nuisance_candidates or r in eta_rvs
+        ]
         missing = [rv.name for rv in eta_rvs if rv not in theta_rvs]
         if missing:
             raise UnsupportedModelError(
@@ -303,7 +304,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
             continue
         sigma = np.broadcast_to(value_of(t.sigma), t.y.shape).ravel().astype(float)
         if not np.all(np.isfinite(sigma)) or np.any(sigma <= 0):
-            raise ValueError(f"sigma of observed variable {t.rv.name!r} must be positive and finite.")
+            raise ValueError(
+                f"sigma of observed variable {t.rv.name!r} must be positive and finite."
+            )
         if split_gaussian:
             split_terms.append(SplitTerm(t.rv.name, NormalIdentity(), A, off, y, sigma))
         else:
@@ -326,8 +329,14 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         for r in nuisance_rvs
     ]
     return DetectedModel(
-        problem, [p.name for p in params], sigma_sources, prior_sources, nuisance_sources,
-        nuisance_vars, free_rates=free_rates, shared_designs=shared_designs,
+        problem,
+        [p.name for p in params],
+        sigma_sources,
+        prior_sources,
+        nuisance_sources,
+        nuisance_vars,
+        free_rates=free_rates,
+        shared_designs=shared_designs,
     )
 
 
@@ -349,15 +358,19 @@ def _not_a_coefficient(rv, terms, model, seed=0):
     rng = np.random.default_rng(seed)
     try:
         fn = pytensor.function(
-            list(stand_ins.values()), pytensor.clone_replace(etas, replace=stand_ins),
-            on_unused_input="ignore", mode=DETECT_MODE,
+            list(stand_ins.values()),
+            pytensor.clone_replace(etas, replace=stand_ins),
+            on_unused_input="ignore",
+            mode=DETECT_MODE,
         )
         point = {r: 1.0 + rng.random(shape_of(r)) for r in free}
         step = {r: 0.5 + 0.5 * rng.random(shape_of(r)) for r in free}
 
         def evaluate(moved=(), by_rv=0.0):
-            values = [point[r] + step[r] * (by_rv if r is rv else any(r is m for m in moved))
-                      for r in free]
+            values = [
+                point[r] + step[r] * (by_rv if r is rv else any(r is m for m in moved))
+                for r in free
+            ]
             with np.errstate(all="ignore"):
                 outs = fn(*[np.asarray(v, dtype=r.dtype) for v, r in zip(values, free)])
             return [np.asarray(o, dtype=float) for o in outs]
@@ -395,8 +408,10 @@ def _not_a_coefficient(rv, terms, model, seed=0):
     if not partners:
         return None
     if "|" in (rv.name or ""):
-        instead = ("Bambi's group-specific terms are non-centred by default: build the model "
-                   "with bmb.Model(..., noncentered=False)")
+        instead = (
+            "Bambi's group-specific terms are non-centred by default: build the model "
+            "with bmb.Model(..., noncentered=False)"
+        )
     else:
         instead = f"Write the centred form u ~ Normal(0, {rv.name}) in place of the product"
     return (

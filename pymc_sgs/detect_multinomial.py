@@ -23,17 +23,16 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
+import pymc as pm
 import pytensor
 import scipy.sparse
+from pymc.distributions.continuous import FlatRV
 from pytensor.scalar.basic import Exp
 from pytensor.scalar.math import Erf, Erfc, Erfcx, Sigmoid
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import CategoricalRV, MvNormalRV, NormalRV
 from pytensor.tensor.special import Softmax
 from scipy.special import softmax as np_softmax
-
-import pymc as pm
-from pymc.distributions.continuous import FlatRV
 
 from .graph import (
     NUTS,
@@ -95,7 +94,8 @@ class DetectedCategorical:
 def _categorical_rvs(model):
     """Observed ``pm.Categorical`` variables whose probabilities depend on free variables."""
     return [
-        rv for rv in model.observed_RVs
+        rv
+        for rv in model.observed_RVs
         if isinstance(rv.owner.op, CategoricalRV) and free_rvs_in([rv.owner.inputs[2]], model)
     ]
 
@@ -127,9 +127,11 @@ def is_ordinal(rv, model) -> bool:
             find_outermost(node.inputs[0], free, lambda inner: is_op(inner, Exp))
         )
 
-    return bool(find_outermost(
-        param, free, lambda node: is_op(node, (Sigmoid, Erf, Erfc, Erfcx)) or cloglog(node)
-    ))
+    return bool(
+        find_outermost(
+            param, free, lambda node: is_op(node, (Sigmoid, Erf, Erfc, Erfcx)) or cloglog(node)
+        )
+    )
 
 
 def _find_softmax(param, free):
@@ -265,8 +267,9 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
         prior_precision[p.start : p.stop, p.start : p.stop] = prec
 
     y = observed_data(model.rvs_to_values[rv], name)
-    eta_shape = tuple(int(s) for s in np.broadcast_shapes(
-        y.shape + (1,), tuple(int(s) for s in eta.shape.eval())))
+    eta_shape = tuple(
+        int(s) for s in np.broadcast_shapes(y.shape + (1,), tuple(int(s) for s in eta.shape.eval()))
+    )
     K = eta_shape[-1]
     if eta_shape[:-1] != y.shape or y.ndim != 1:
         raise UnsupportedModelError(
@@ -293,12 +296,16 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
     splits = np.cumsum([int(np.prod(s)) for s in shapes])[:-1]
 
     def evaluate(theta):
-        args = [np.asarray(part.reshape(s), dtype=vv.dtype)
-                for part, s, vv in zip(np.split(theta, splits), shapes, value_vars)]
+        args = [
+            np.asarray(part.reshape(s), dtype=vv.dtype)
+            for part, s, vv in zip(np.split(theta, splits), shapes, value_vars)
+        ]
         with np.errstate(all="ignore"):
             e, p = fn(*args)
-        return (np.broadcast_to(e, eta_shape).astype(float),
-                np.broadcast_to(p, eta_shape).astype(float))
+        return (
+            np.broadcast_to(e, eta_shape).astype(float),
+            np.broadcast_to(p, eta_shape).astype(float),
+        )
 
     def check_softmax(e, p):
         if not np.allclose(p, np_softmax(e, axis=-1), rtol=0.0, atol=1e-9):
@@ -371,7 +378,12 @@ def detect_categorical(model=None, vars=None, seed: int = 0) -> DetectedCategori
             "B_full = pt.concatenate([pt.zeros((p, 1)), B], axis=1) with B of shape (p, K-1)."
         ) from None
     return DetectedCategorical(
-        name=name, A=A, offset=DD @ offset, y=y.astype(int), n_classes=K,
+        name=name,
+        A=A,
+        offset=DD @ offset,
+        y=y.astype(int),
+        n_classes=K,
         prior_mean=np.concatenate(means) if means else np.zeros(0),
-        prior_precision=prior_precision, params=tuple(params),
+        prior_precision=prior_precision,
+        params=tuple(params),
     )

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytensor
-from pytensor.tensor.random.basic import LaplaceRV
-
 from pymc.distributions.continuous import AsymmetricLaplaceRV
+from pytensor.tensor.random.basic import LaplaceRV
 
 from .free_rate import FreeRate
 from .graph import UnsupportedModelError, dependants, free_rvs_in, shape_of, value_of
@@ -53,15 +52,27 @@ def asymmetric_laplace_term(rv, model, A, offset, y, theta_rvs=(), term_index=0)
     b_graph, kappa_graph = rv.owner.inputs[2], rv.owner.inputs[3]
     name = rv.name
     instead = "A free kappa / q is not supported: fix it, or sample this model with NUTS."
-    kappa = _fixed_values(kappa_graph, "the asymmetry kappa (or q) of the AsymmetricLaplace "
-                          "likelihood", name, model, y.shape, instead)
+    kappa = _fixed_values(
+        kappa_graph,
+        "the asymmetry kappa (or q) of the AsymmetricLaplace likelihood",
+        name,
+        model,
+        y.shape,
+        instead,
+    )
     free_rate = None
     if free_rvs_in([b_graph], model):
         free_rate = _free_rate(rv, b_graph, model, y, theta_rvs, term_index)
         b = free_rate.rates(model.initial_point()[free_rate.value_name]).ravel()
     else:
-        b = _fixed_values(b_graph, "the parameter b (rate) of the AsymmetricLaplace likelihood",
-                          name, model, y.shape, instead)
+        b = _fixed_values(
+            b_graph,
+            "the parameter b (rate) of the AsymmetricLaplace likelihood",
+            name,
+            model,
+            y.shape,
+            instead,
+        )
     if not (np.all(np.isfinite(b)) and np.all(b > 0)):
         raise ValueError(
             f"observed variable {name!r}: the AsymmetricLaplace parameter b must be positive and "
@@ -124,8 +135,13 @@ def _free_rate(rv, b_graph, model, y, theta_rvs, term_index):
     rate_fn = pytensor.function([value], b_val, on_unused_input="ignore")
     prior_logp = model.compile_logp(vars=[phi], jacobian=True)
     return FreeRate(
-        term_index=term_index, value_name=value.name, rate_fn=rate_fn, prior_logp=prior_logp,
-        kappa=1.0, y=np.asarray(y, dtype=float), value_shape=tuple(value.type.shape or ()),
+        term_index=term_index,
+        value_name=value.name,
+        rate_fn=rate_fn,
+        prior_logp=prior_logp,
+        kappa=1.0,
+        y=np.asarray(y, dtype=float),
+        value_shape=tuple(value.type.shape or ()),
         value_dtype=str(value.dtype),
     )
 
@@ -146,10 +162,12 @@ def laplace_prior_term(rv, model, param, d) -> tuple[SplitTerm, np.ndarray, np.n
         "A Bayesian lasso with a free penalty (a hyperprior on b) is not supported: fix b, or "
         "sample this model with NUTS."
     )
-    loc = _fixed_values(loc_graph, "the location mu of the Laplace prior", name, model, shape,
-                        instead)
-    scale = _fixed_values(scale_graph, "the scale b of the Laplace prior", name, model, shape,
-                          instead)
+    loc = _fixed_values(
+        loc_graph, "the location mu of the Laplace prior", name, model, shape, instead
+    )
+    scale = _fixed_values(
+        scale_graph, "the scale b of the Laplace prior", name, model, shape, instead
+    )
     if not (np.all(np.isfinite(loc)) and np.all(np.isfinite(scale)) and np.all(scale > 0)):
         raise ValueError(
             f"coefficient {name!r}: its Laplace prior needs a finite mu and a positive, finite b; "
@@ -157,6 +175,7 @@ def laplace_prior_term(rv, model, param, d) -> tuple[SplitTerm, np.ndarray, np.n
         )
     A = np.zeros((size, d))
     A[np.arange(size), param.start + np.arange(size)] = 1.0
-    term = SplitTerm(f"{name} (Laplace prior)", LaplacePrior(), A, np.zeros(size), loc.copy(),
-                     1.0 / scale)
+    term = SplitTerm(
+        f"{name} (Laplace prior)", LaplacePrior(), A, np.zeros(size), loc.copy(), 1.0 / scale
+    )
     return term, np.zeros(size), np.zeros((size, size))

@@ -76,8 +76,10 @@ def _self_normalised_mcse(w, have, x, mean, sd):
             return _scalar(az.mcse(np.stack(g), method="mean"))
         # chains weighted on different schedules: combine the per-chain standard errors
         total = sum(per_chain)
-        parts = [(n * _scalar(az.mcse(gc[None], method="mean"))) ** 2 if n > 3 else np.var(gc) * n
-                 for n, gc in zip(per_chain, g)]
+        parts = [
+            (n * _scalar(az.mcse(gc[None], method="mean"))) ** 2 if n > 3 else np.var(gc) * n
+            for n, gc in zip(per_chain, g)
+        ]
         return float(np.sqrt(sum(parts)) / total)
 
     mcse_sd = mcse(g2) / (2.0 * sd) if sd > 0 else float("nan")
@@ -89,7 +91,7 @@ def _scalar(value) -> float:
     return float(np.ravel(value)[0])
 
 
-def psis_weights(idata):
+def psis_weights(idata: az.InferenceData) -> tuple[np.ndarray, float]:
     """Normalised PSIS weights of all draws (chains stacked) and the Pareto k-hat.
 
     Returns
@@ -129,8 +131,9 @@ def _psis(idata):
     else:
         # different schedules in different chains (sweep_every="auto" settled on different
         # strides): each chain's weighted draws stand for its own draws
-        ess = sum(float(az.ess(np.exp(x - np.max(flat))[None])) if x.size > 3 else x.size
-                  for x in chains)
+        ess = sum(
+            float(az.ess(np.exp(x - np.max(flat))[None])) if x.size > 3 else x.size for x in chains
+        )
     reff = float(np.clip(ess / n_total, 0.05, 1.0))
     with np.errstate(over="ignore"):  # ArviZ's tail fit overflows harmlessly on flat weights
         smoothed, khat = az.psislw(flat, reff=reff)
@@ -140,7 +143,9 @@ def _psis(idata):
     return out.reshape(-1), float(khat), flat.size
 
 
-def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
+def psis_summary(
+    idata: az.InferenceData, var_names: list[str] | None = None, *, warn: bool = True
+) -> pd.DataFrame:
     """Bias-corrected posterior means and sds of a SplitGibbs run.
 
     Parameters
@@ -182,11 +187,23 @@ def psis_summary(idata, var_names=None, *, warn: bool = True) -> pd.DataFrame:
             sd = float(np.sqrt(np.sum(w * (x - mean) ** 2)))
             mcse_mean, mcse_sd = _self_normalised_mcse(w, have, x, mean, sd)
             mean_rho, sd_rho = float(x.mean()), float(x.std(ddof=1))
-            rows.append((mean, sd, mcse_mean, mcse_sd, mean_rho, sd_rho,
-                         (mean - mean_rho) / sd if sd > 0 else 0.0))
+            rows.append(
+                (
+                    mean,
+                    sd,
+                    mcse_mean,
+                    mcse_sd,
+                    mean_rho,
+                    sd_rho,
+                    (mean - mean_rho) / sd if sd > 0 else 0.0,
+                )
+            )
             index.append(name if flat.shape[1] == 1 else f"{name}[{labels[j]}]")
-    df = pd.DataFrame(rows, index=index, columns=["mean", "sd", "mcse_mean", "mcse_sd",
-                                                  "mean_rho", "sd_rho", "shift"])
+    df = pd.DataFrame(
+        rows,
+        index=index,
+        columns=["mean", "sd", "mcse_mean", "mcse_sd", "mean_rho", "sd_rho", "shift"],
+    )
     df.attrs["khat"] = khat
     df.attrs["weight_ess"] = float(1.0 / np.sum(w**2) / n_weighted)
     if warn and khat > KHAT_OK:
@@ -208,5 +225,7 @@ def _index_labels(var) -> list:
     """
     dims = var.dims[2:]
     coords = [var.coords[d].values if d in var.coords else np.arange(var.sizes[d]) for d in dims]
-    return [", ".join(str(c[i]) for c, i in zip(coords, idx))
-            for idx in np.ndindex(*[len(c) for c in coords])]
+    return [
+        ", ".join(str(c[i]) for c, i in zip(coords, idx))
+        for idx in np.ndindex(*[len(c) for c in coords])
+    ]

@@ -73,8 +73,13 @@ def _logistic_derivatives(w, t, y):
     q = expit(-w)
     v = p * q
     u = q - p
-    return t * p - y, t * v, t * v * u, t * v * (1.0 - 6.0 * v), t * v * u * (1.0 - 12.0 * v), (
-        t * v * (1.0 - 30.0 * v + 120.0 * v * v)
+    return (
+        t * p - y,
+        t * v,
+        t * v * u,
+        t * v * (1.0 - 6.0 * v),
+        t * v * u * (1.0 - 12.0 * v),
+        (t * v * (1.0 - 30.0 * v + 120.0 * v * v)),
     )
 
 
@@ -129,7 +134,9 @@ class Family:
                 f"{self.name} parameter {key} must be a positive scalar; received {value!r}."
             ) from None
         if not (np.isfinite(v) and v > 0):
-            raise ValueError(f"{self.name} parameter {key} must be positive and finite; received {v!r}.")
+            raise ValueError(
+                f"{self.name} parameter {key} must be positive and finite; received {v!r}."
+            )
         return v
 
     def eta_scale(self, trials=None) -> float:
@@ -320,7 +327,9 @@ class BinomialLogit(Family):
         _check_integers(y, f"observed data of {where!r} (Binomial counts)")
         _check_integers(trials, f"trials (n) of {where!r}")
         if np.any(trials < 0):
-            raise ValueError(f"trials (n) of {where!r} must be >= 0; received min {float(trials.min()):g}.")
+            raise ValueError(
+                f"trials (n) of {where!r} must be >= 0; received min {float(trials.min()):g}."
+            )
         bad = ((y < 0) | (y > trials)).ravel()
         if np.any(bad):
             i = np.flatnonzero(bad)[0]
@@ -528,7 +537,14 @@ class NormalIdentity(Family):
 
     def taylor_derivatives(self, z, y, trials=None):
         zero = np.zeros(np.shape(z))
-        return (z - y) / trials**2, np.broadcast_to(1.0 / np.asarray(trials) ** 2, np.shape(z)), zero, zero, zero, zero
+        return (
+            (z - y) / trials**2,
+            np.broadcast_to(1.0 / np.asarray(trials) ** 2, np.shape(z)),
+            zero,
+            zero,
+            zero,
+            zero,
+        )
 
     def higher_bound(self, lo, hi, y, trials=None):
         return np.zeros(np.shape(lo)), np.zeros(np.shape(lo))
@@ -607,8 +623,12 @@ class NegativeBinomialLog(Family):
         # a log(a / (a + mu)) + y log(mu / (a + mu)) = y z - (y + a) log(a + mu) + a log a
         log_a_plus_mu = np.log(a) + _softplus(self._w(z))
         return (
-            gammaln(y + a) - gammaln(a) - gammaln(y + 1)
-            + a * np.log(a) + y * z - (y + a) * log_a_plus_mu
+            gammaln(y + a)
+            - gammaln(a)
+            - gammaln(y + 1)
+            + a * np.log(a)
+            + y * z
+            - (y + a) * log_a_plus_mu
         )
 
     def bregman(self, z, z0, y, trials=None):
@@ -621,7 +641,9 @@ class NegativeBinomialLog(Family):
 
     def taylor_derivatives(self, z, y, trials=None):
         # U' = (y + alpha) expit(w) - y; the higher ones are the logistic's with y + alpha trials
-        return _logistic_derivatives(self._w(z), np.asarray(y, dtype=float) + self.params["alpha"], y)
+        return _logistic_derivatives(
+            self._w(z), np.asarray(y, dtype=float) + self.params["alpha"], y
+        )
 
     def higher_bound(self, lo, hi, y, trials=None):
         return self.third_fourth(lo, y, trials)
@@ -819,8 +841,7 @@ class StudentTIdentity(Family):
     def log_likelihood(self, z, y, trials=None):
         nu, sigma = self.params["nu"], self.params["sigma"]
         const = (
-            gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu)
-            - 0.5 * np.log(nu * np.pi) - np.log(sigma)
+            gammaln(0.5 * (nu + 1.0)) - gammaln(0.5 * nu) - 0.5 * np.log(nu * np.pi) - np.log(sigma)
         )
         return const - self.potential(z, y, trials)
 

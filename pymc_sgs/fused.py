@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 # the codes of the compiled branches are declared with the families (Family.compiled_code)
-from .families import IDENTITY, LOG, LOGIT, NEGBIN, Family
+from .families import LOG, LOGIT, NEGBIN, Family
 
 __all__ = ["family_code", "row_parameter", "fused_z_pass", "shifted_potential_change"]
 
@@ -237,8 +237,14 @@ def _taylor(code, c, y, t):
         v = p * q
         u = q - p
         tv = tt * v
-        return (tt * p - y, tv, tv * u, tv * (1.0 - 6.0 * v), tv * u * (1.0 - 12.0 * v),
-                tv * (1.0 - 30.0 * v + 120.0 * v * v))
+        return (
+            tt * p - y,
+            tv,
+            tv * u,
+            tv * (1.0 - 6.0 * v),
+            tv * u * (1.0 - 12.0 * v),
+            tv * (1.0 - 30.0 * v + 120.0 * v * v),
+        )
     if code == LOG:
         e = math.exp(c)
         return e - y, e, e, e, e, e
@@ -288,8 +294,29 @@ def _series_log_weight(g, h, u3, u4, u5, u6, s2):
 
 @njit(cache=True)
 def fused_z_pass(
-    A, offset, y, trials, rho, code, theta, z, z_mode, alpha, eps, u, nodes, log_wx, weights,
-    z_out, mode_out, nodes_lo, log_wx_lo, near_gaussian, nodes_q, log_wx_q, very_near_gaussian,
+    A,
+    offset,
+    y,
+    trials,
+    rho,
+    code,
+    theta,
+    z,
+    z_mode,
+    alpha,
+    eps,
+    u,
+    nodes,
+    log_wx,
+    weights,
+    z_out,
+    mode_out,
+    nodes_lo,
+    log_wx_lo,
+    near_gaussian,
+    nodes_q,
+    log_wx_q,
+    very_near_gaussian,
     series_gaussian,
 ):
     """Over-relaxed MH move of every z_i at ``theta``, fused with the weights and ``A^T w (z - o)``.

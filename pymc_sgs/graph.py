@@ -24,11 +24,10 @@ try:  # pytensor >= 2.31
     from pytensor.graph.traversal import ancestors
 except ImportError:  # pragma: no cover
     from pytensor.graph.basic import ancestors
+from pymc.distributions.continuous import FlatRV
 from pytensor.scalar.basic import Cast as ScalarCast
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import MvNormalRV, NormalRV
-
-from pymc.distributions.continuous import FlatRV
 
 __all__ = [
     "UnsupportedModelError",
@@ -161,7 +160,8 @@ def gaussian_prior(rv, model, size):
             + (
                 " (Bambi: its group-specific terms are non-centred by default, "
                 "u = sigma * offset; build the model with bmb.Model(..., noncentered=False).)"
-                if "|" in (name or "") else ""
+                if "|" in (name or "")
+                else ""
             )
         )
     params = rv.owner.inputs[2:]
@@ -233,9 +233,7 @@ def coef_labels(theta_rvs, shapes):
         if shape == ():
             labels.append(rv.name)
         else:
-            labels.extend(
-                f"{rv.name}[{', '.join(map(str, ix))}]" for ix in np.ndindex(*shape)
-            )
+            labels.extend(f"{rv.name}[{', '.join(map(str, ix))}]" for ix in np.ndindex(*shape))
     return labels
 
 

@@ -26,13 +26,17 @@ from .nonsmooth import (
     sample_z_piecewise,
 )
 from .problem import SplitProblem
+from .series import SERIES_GAUSSIAN
 from .theta_cg import CGThetaConditional
 from .validate import check_real
-from .series import SERIES_GAUSSIAN
 from .weights import N_NODES, gauss_hermite_nodes, log_weight_rows, node_tiers
 
 __all__ = [
-    "SGSState", "SGSInfo", "SplitGibbsKernel", "validate_rho", "validate_alpha",
+    "SGSState",
+    "SGSInfo",
+    "SplitGibbsKernel",
+    "validate_rho",
+    "validate_alpha",
     "validate_theta_solver",
 ]
 
@@ -192,8 +196,14 @@ class SplitGibbsKernel:
     """
 
     def __init__(
-        self, problem: SplitProblem, rho, alpha: float = 0.0, log_weights: bool = False,
-        n_nodes: int = N_NODES, engine: str = "auto", theta_solver: str = "auto",
+        self,
+        problem: SplitProblem,
+        rho,
+        alpha: float = 0.0,
+        log_weights: bool = False,
+        n_nodes: int = N_NODES,
+        engine: str = "auto",
+        theta_solver: str = "auto",
         dtype: str = "float64",
     ):
         self.problem = problem
@@ -255,7 +265,9 @@ class SplitGibbsKernel:
             self.A = np.ascontiguousarray(self.A, dtype=np.float64)
             self._term_data = [
                 (
-                    np.ascontiguousarray(self.A[sl], dtype=np.float32 if dtype == "float32" else np.float64),
+                    np.ascontiguousarray(
+                        self.A[sl], dtype=np.float32 if dtype == "float32" else np.float64
+                    ),
                     np.ascontiguousarray(t.offset, dtype=float),
                     np.ascontiguousarray(t.y, dtype=float),
                     row_parameter(f, t.trials, t.n),
@@ -361,8 +373,13 @@ class SplitGibbsKernel:
                 for local in _blocks(m):
                     rows = slice(sl.start + local.start, sl.start + local.stop)
                     draw = sample_z_exact(
-                        fam, term.y[local], _rows_of(term.trials, local),
-                        centre[rows], self._rho_rows[rows], rng, z_mode[rows],
+                        fam,
+                        term.y[local],
+                        _rows_of(term.trials, local),
+                        centre[rows],
+                        self._rho_rows[rows],
+                        rng,
+                        z_mode[rows],
                     )
                     z_new[rows] = draw.z
                     mode[rows] = draw.mode
@@ -371,7 +388,9 @@ class SplitGibbsKernel:
                 acc += m
             else:
                 current = centre[sl] if z is None else z[sl]
-                mv = mh_z_move(fam, term.y, term.trials, centre[sl], self._rho_rows[sl], current, 0.0, rng)
+                mv = mh_z_move(
+                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], current, 0.0, rng
+                )
                 z_new[sl] = mv.z
                 mode[sl] = mv.mode
                 acc += mv.accept_prob * m
@@ -390,8 +409,14 @@ class SplitGibbsKernel:
             if fam.piecewise_linear:
                 # no Laplace approximation at a kink: over-relax in the exact CDF's copula
                 mv = move_z_piecewise(
-                    fam, term.y, term.trials, centre[sl], self._rho_rows[sl], z[sl],
-                    self.alpha, rng,
+                    fam,
+                    term.y,
+                    term.trials,
+                    centre[sl],
+                    self._rho_rows[sl],
+                    z[sl],
+                    self.alpha,
+                    rng,
                 )
                 z_new[sl] = mv.z
                 mode[sl] = mv.mode
@@ -400,8 +425,16 @@ class SplitGibbsKernel:
             # in the compiled pass's blocks (Z_BLOCK), so that both draw the same numbers
             for local in _blocks(sl.stop - sl.start):
                 rows = slice(sl.start + local.start, sl.start + local.stop)
-                args = (fam, _rows_of(term.y, local), _rows_of(term.trials, local), centre[rows],
-                        self._rho_rows[rows], z[rows], self.alpha, rng)
+                args = (
+                    fam,
+                    _rows_of(term.y, local),
+                    _rows_of(term.trials, local),
+                    centre[rows],
+                    self._rho_rows[rows],
+                    z[rows],
+                    self.alpha,
+                    rng,
+                )
                 if fam.log_concave:
                     mv = overrelaxed_z_move(*args, z_mode[rows])
                 else:
@@ -433,8 +466,13 @@ class SplitGibbsKernel:
                 total += float(np.sum(rows))
                 continue
             rows, mode[sl] = log_weight_rows(
-                fam, term.y, term.trials, centre[sl], self._rho_rows[sl],
-                None if z_mode is None else z_mode[sl], self.n_nodes,
+                fam,
+                term.y,
+                term.trials,
+                centre[sl],
+                self._rho_rows[sl],
+                None if z_mode is None else z_mode[sl],
+                self.n_nodes,
             )
             total += float(np.sum(rows))
         return total, mode
@@ -473,17 +511,24 @@ class SplitGibbsKernel:
                 # same calls, same random numbers as the numpy path
                 rho = self._rho_rows[sl]
                 centre = A @ theta + off
-                mv = move_z_piecewise(term.family, y, term.trials, centre, rho, z[sl],
-                                      self.alpha, rng)
+                mv = move_z_piecewise(
+                    term.family, y, term.trials, centre, rho, z[sl], self.alpha, rng
+                )
                 z_new[sl], mode[sl] = mv.z, mv.mode
                 atz += A.T @ ((mv.z - off) / rho**2)
                 acc += m
                 if weights:
-                    log_w += float(np.sum(
-                        log_weight_rows_piecewise(term.family, y, term.trials, centre, rho)[0]
-                    ))
+                    log_w += float(
+                        np.sum(
+                            log_weight_rows_piecewise(term.family, y, term.trials, centre, rho)[0]
+                        )
+                    )
                 continue
-            rho, z_t, mode_t = self._rho_rows[sl], np.ascontiguousarray(z[sl]), np.ascontiguousarray(z_mode[sl])
+            rho, z_t, mode_t = (
+                self._rho_rows[sl],
+                np.ascontiguousarray(z[sl]),
+                np.ascontiguousarray(z_mode[sl]),
+            )
             z_out, mode_out = z_new[sl], mode[sl]
             for b in _blocks(m):
                 # the numpy path's rng.standard_normal(k), rng.random(k) per block, written into
@@ -492,9 +537,29 @@ class SplitGibbsKernel:
                 rng.standard_normal(out=eps)
                 rng.random(out=u)
                 a, acc_t, lw_t = fused_z_pass(
-                    A[b], off[b], y[b], trials[b], rho[b], code, theta, z_t[b], mode_t[b],
-                    self.alpha, eps, u, nodes, log_wx, weights, z_out[b], mode_out[b], nodes_lo,
-                    log_wx_lo, near_gaussian, nodes_q, log_wx_q, very_near_gaussian,
+                    A[b],
+                    off[b],
+                    y[b],
+                    trials[b],
+                    rho[b],
+                    code,
+                    theta,
+                    z_t[b],
+                    mode_t[b],
+                    self.alpha,
+                    eps,
+                    u,
+                    nodes,
+                    log_wx,
+                    weights,
+                    z_out[b],
+                    mode_out[b],
+                    nodes_lo,
+                    log_wx_lo,
+                    near_gaussian,
+                    nodes_q,
+                    log_wx_q,
+                    very_near_gaussian,
                     SERIES_GAUSSIAN,
                 )
                 atz += a
@@ -536,7 +601,9 @@ class SplitGibbsKernel:
                 return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w), info
             return SGSState(theta=theta, z=z, z_mode=mode), info
         atz = state.atz if state.atz is not None else self.theta_conditional.split_rhs(state.z)
-        theta = self.theta_conditional.sample_from_rhs(atz, rng, theta=state.theta, alpha=self.alpha)
+        theta = self.theta_conditional.sample_from_rhs(
+            atz, rng, theta=state.theta, alpha=self.alpha
+        )
         z, mode, acc, log_w, atz = self.z_pass(theta, state.z, state.z_mode, rng, weights)
         info = SGSInfo(z_proposals=0.0, z_accept=acc, log_weight=log_w)
         return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w, atz=atz), info
@@ -578,13 +645,22 @@ class SplitGibbsKernel:
             return new_atz, p, a
 
         theta, atz, props, accs = exact_proposal(
-            state.theta, atz, z_update, self.theta_conditional.sample_from_rhs, self.alpha, rng,
+            state.theta,
+            atz,
+            z_update,
+            self.theta_conditional.sample_from_rhs,
+            self.alpha,
+            rng,
             n_sweeps,
         )
         log_w1, mode1 = self.log_weight(theta, zs["mode"])
         accept_prob, accepted = mh_accept(log_w0, log_w1, rng)
-        info = SGSInfo(z_proposals=props, z_accept=accs, exact_accept=accept_prob,
-                       log_weight=log_w1 if accepted else log_w0)
+        info = SGSInfo(
+            z_proposals=props,
+            z_accept=accs,
+            exact_accept=accept_prob,
+            log_weight=log_w1 if accepted else log_w0,
+        )
         if accepted:
             return SGSState(theta=theta, z=zs["z"], z_mode=mode1, log_weight=log_w1, atz=atz), info
         return state._replace(log_weight=log_w0), info

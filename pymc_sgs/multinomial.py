@@ -37,8 +37,6 @@ from typing import Callable, NamedTuple
 import numpy as np
 import scipy.linalg
 import scipy.sparse
-from scipy.special import logsumexp
-
 
 __all__ = [
     "softmax_potential",
@@ -86,8 +84,16 @@ def softmax_potential(Z, y):
 
 
 def batch_sample_strongly_log_concave(
-    f: Callable, grad: Callable, m: float, M: float, x0, rng: np.random.Generator, *,
-    n_grad_steps: int = 100, grad_tol: float | None = None, max_rounds: int = 10_000,
+    f: Callable,
+    grad: Callable,
+    m: float,
+    M: float,
+    x0,
+    rng: np.random.Generator,
+    *,
+    n_grad_steps: int = 100,
+    grad_tol: float | None = None,
+    max_rounds: int = 10_000,
 ):
     """Proposition 3 (the Lemma 31 envelope) for n independent rows at once.
 
@@ -161,8 +167,10 @@ class MultinomialLogitKernel:
         self._chol = scipy.linalg.cholesky(Q, lower=True)
 
     def _f(self, Z, idx):
-        return softmax_potential(Z, self.y[idx])[0] + 0.5 * np.sum(
-            (Z - self._centre[idx]) ** 2, axis=1) / self.rho**2
+        return (
+            softmax_potential(Z, self.y[idx])[0]
+            + 0.5 * np.sum((Z - self._centre[idx]) ** 2, axis=1) / self.rho**2
+        )
 
     def _grad(self, Z, idx):
         return softmax_potential(Z, self.y[idx])[1] + (Z - self._centre[idx]) / self.rho**2
@@ -178,8 +186,9 @@ class MultinomialLogitKernel:
         rhs = self.X.T @ z / self.rho**2
         L = self._chol
         mean = scipy.linalg.cho_solve((L, True), rhs)
-        noise = scipy.linalg.solve_triangular(L, rng.standard_normal(rhs.shape), lower=True,
-                                              trans="T")
+        noise = scipy.linalg.solve_triangular(
+            L, rng.standard_normal(rhs.shape), lower=True, trans="T"
+        )
         return mean + noise
 
     def sweep(self, B, rng):
@@ -299,8 +308,10 @@ def smoothed_log_likelihood_rows(centre, y, rho: float, mode=None, n_nodes: int 
         Z = np.repeat(m[sl][:, None, :], len(nodes), axis=1)
         for b in range(k):  # k broadcast multiply-adds beat a batch of tiny matmuls
             Z += nodes[None, :, b, None] * S[sl][:, None, :, b]
-        g = _softmax_U(Z, np.broadcast_to(y[sl, None], Z.shape[:2])) + 0.5 * np.sum(
-            (Z - centre[sl][:, None, :]) ** 2, axis=2) / rho**2
+        g = (
+            _softmax_U(Z, np.broadcast_to(y[sl, None], Z.shape[:2]))
+            + 0.5 * np.sum((Z - centre[sl][:, None, :]) ** 2, axis=2) / rho**2
+        )
         t = log_w[None] + half_t2[None] - g
         top = np.max(t, axis=1)
         out[sl] = top + np.log(np.sum(np.exp(t - top[:, None]), axis=1))
@@ -359,8 +370,17 @@ class CategoricalSplitKernel:
        of the partition function for multiquadratic actions. Phys. Rev. D 23, 2901.
     """
 
-    def __init__(self, A, offset, y, n_classes: int, prior_mean, prior_precision, rho: float,
-                 alpha: float = 0.0):
+    def __init__(
+        self,
+        A,
+        offset,
+        y,
+        n_classes: int,
+        prior_mean,
+        prior_precision,
+        rho: float,
+        alpha: float = 0.0,
+    ):
         K = int(n_classes)
         if K < 2:
             raise ValueError(f"n_classes must be at least 2; received {n_classes!r}.")
@@ -412,8 +432,10 @@ class CategoricalSplitKernel:
 
     # ------------------------------------------------------------------ z | theta
     def _f(self, Z, idx):
-        return _softmax_U(Z, self.y[idx]) + 0.5 * np.sum(
-            (Z - self._centre[idx]) ** 2, axis=1) / self.rho**2
+        return (
+            _softmax_U(Z, self.y[idx])
+            + 0.5 * np.sum((Z - self._centre[idx]) ** 2, axis=1) / self.rho**2
+        )
 
     def _grad(self, Z, idx):
         return softmax_potential(Z, self.y[idx])[1] + (Z - self._centre[idx]) / self.rho**2
@@ -466,8 +488,7 @@ class CategoricalSplitKernel:
         rhs = self._prior_rhs + self.A.T @ (np.ravel(z) - self.offset) / self.rho**2
         L = self._chol
         mean = scipy.linalg.cho_solve((L, True), rhs)
-        noise = scipy.linalg.solve_triangular(L, rng.standard_normal(self.d), lower=True,
-                                              trans="T")
+        noise = scipy.linalg.solve_triangular(L, rng.standard_normal(self.d), lower=True, trans="T")
         if self.alpha == 0.0 or theta is None:
             return mean + noise
         a = self.alpha
@@ -523,8 +544,9 @@ class CategoricalSplitKernel:
                 step = scipy.linalg.cho_solve((L, True), g)
                 dec = float(g @ step)
                 if dec < 1e-10 * max(1.0, abs(f)):
-                    noise = scipy.linalg.solve_triangular(L, rng.standard_normal(self.d),
-                                                          lower=True, trans="T")
+                    noise = scipy.linalg.solve_triangular(
+                        L, rng.standard_normal(self.d), lower=True, trans="T"
+                    )
                     return th + noise
                 t = 1.0
                 while True:  # backtracking (Armijo) on the convex objective

@@ -115,4 +115,6 @@ def slice_sample(
         else:
             right = x1
         if right - left < 1e-12 * (1.0 + abs(x0)):
-            return SliceDraw(x0, f0, n_eval)  # interval collapsed onto x0 (only with a discontinuous density)
+            return SliceDraw(
+                x0, f0, n_eval
+            )  # interval collapsed onto x0 (only with a discontinuous density)

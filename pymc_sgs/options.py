@@ -105,8 +105,18 @@ def resolve_move(name: str, value, cls):
 
 
 #: keywords of the former 22-parameter signature, accepted for one release
-LEGACY_KEYWORDS = ("exact_sweeps", "shift_moves", "shift_relaxation", "sweep_every",
-                   "theta_solver", "dtype", "split", "n_shards", "split_gaussian", "blocked")
+LEGACY_KEYWORDS = (
+    "exact_sweeps",
+    "shift_moves",
+    "shift_relaxation",
+    "sweep_every",
+    "theta_solver",
+    "dtype",
+    "split",
+    "n_shards",
+    "split_gaussian",
+    "blocked",
+)
 
 _WHERE = {
     "exact_sweeps": "exact=pymc_sgs.ExactOptions(sweeps=...)",

@@ -111,8 +111,11 @@ def improper_direction(problem, flat) -> tuple[np.ndarray, str] | None:
 def _separating(C) -> np.ndarray | None:
     """A ``v`` with ``C v >= 0`` and ``C v != 0`` (``max sum(C v)`` over the box), or None."""
     res = scipy.optimize.linprog(
-        -C.sum(axis=0), A_ub=-C, b_ub=np.zeros(C.shape[0]),
-        bounds=[(-1.0, 1.0)] * C.shape[1], method="highs",
+        -C.sum(axis=0),
+        A_ub=-C,
+        b_ub=np.zeros(C.shape[0]),
+        bounds=[(-1.0, 1.0)] * C.shape[1],
+        method="highs",
     )
     if res.status != 0:
         return None  # the solver certified nothing: refuse nothing
@@ -135,8 +138,9 @@ def check_proper(problem, flat, labels) -> None:
     flat_names = sorted({labels[j].split("[")[0] for j in np.flatnonzero(flat)})
     why = (
         "the likelihood is constant along a combination of them (collinear or all-zero "
-        "design columns)" if kind == "flat" else
-        "the data are separated: the likelihood keeps increasing as they move in one "
+        "design columns)"
+        if kind == "flat"
+        else "the data are separated: the likelihood keeps increasing as they move in one "
         "direction (e.g. a predictor, or the intercept, that perfectly predicts a binary "
         "outcome, or an all-zero outcome with an intercept)"
     )

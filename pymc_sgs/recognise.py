@@ -121,8 +121,14 @@ class Link:
 
 LINKS = {
     "logit": Link("logit", (Sigmoid,), "invlogit", "logit_p=eta or p=pm.math.invlogit(eta)", expit),
-    "probit": Link("probit", (Erf, Erfc), "invprobit", "p=pm.math.invprobit(eta)", ndtr,
-                   predictor=_probit_predictor),
+    "probit": Link(
+        "probit",
+        (Erf, Erfc),
+        "invprobit",
+        "p=pm.math.invprobit(eta)",
+        ndtr,
+        predictor=_probit_predictor,
+    ),
     "log": Link("log", (Exp,), "exp", "mu=pm.math.exp(eta)", np.exp, exposure=True),
 }
 #: the identity link (Normal, StudentT, AsymmetricLaplace: ``mu = eta``, nothing to find)
@@ -182,7 +188,9 @@ RECOGNISERS = (
     Recogniser(PoissonRV, {"log": PoissonLog}, _poisson),
     Recogniser(NegBinomialRV, {"log": NegativeBinomialLog}, _negative_binomial, mean_from_p=True),
     Recogniser(
-        GammaRV, {"log": GammaLog}, _gamma,
+        GammaRV,
+        {"log": GammaLog},
+        _gamma,
         nuisance_hint=(
             " (pm.Gamma(mu=..., sigma=...) has shape mu^2 / sigma^2: write "
             "pm.Gamma('y', alpha=k, beta=k / pm.math.exp(eta)) with k data or a "
@@ -227,8 +235,11 @@ def find_inverse_link(param, scalar_op_type, free):
     accepted here and checked numerically later (:func:`pymc_sgs.affine.affine_map`).
     """
     return find_outermost(
-        param, free,
-        lambda node: isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, scalar_op_type),
+        param,
+        free,
+        lambda node: (
+            isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, scalar_op_type)
+        ),
     )
 
 
@@ -246,16 +257,21 @@ def describe_likelihood(rv, model):
         # the components; a hurdle's non-zero part is Truncated(base)
         names = [
             op_dist_name(getattr(c.owner.op, "base_rv_op", c.owner.op))
-            for c in rv.owner.inputs[2:] if c.owner is not None
+            for c in rv.owner.inputs[2:]
+            if c.owner is not None
         ]
         others = [nm for nm in names if nm != "DiracDelta"]
         if "DiracDelta" in names and len(others) == 1:
             (other,) = others
             if op_name == "_HurdleRV":
-                return (f"Hurdle{other}",
-                        f"a hurdle model: a point mass at 0 and a truncated {other}")
-            return (f"ZeroInflated{other}",
-                    f"zero-inflated: a mixture of a point mass at 0 and a {other}")
+                return (
+                    f"Hurdle{other}",
+                    f"a hurdle model: a point mass at 0 and a truncated {other}",
+                )
+            return (
+                f"ZeroInflated{other}",
+                f"zero-inflated: a mixture of a point mass at 0 and a {other}",
+            )
         return "Mixture", f"a mixture of {names}"
     if op_name == "CategoricalRV" and is_ordinal(rv, model):
         return "Categorical", (
@@ -288,8 +304,16 @@ def classify_observed(rv, model):
     if rec is None:
         if isinstance(op, StudentTRV):
             nu, mu, sigma = params
-            term = ObservedTerm(rv, "split", StudentTIdentity, mu, None, param=None,
-                                pname="mu", nuisance={"nu": nu, "sigma": sigma})
+            term = ObservedTerm(
+                rv,
+                "split",
+                StudentTIdentity,
+                mu,
+                None,
+                param=None,
+                pname="mu",
+                nuisance={"nu": nu, "sigma": sigma},
+            )
             return term if free_rvs_in([mu], model) else None
         if isinstance(op, NormalRV):
             return ObservedTerm(rv, "gaussian", NormalIdentity, params[0], None, sigma=params[1])
@@ -320,7 +344,8 @@ def classify_observed(rv, model):
     found, link = [], links[0]
     for link in links:
         found = [
-            v for v in find_inverse_link(param, LINKS[link].ops, free)
+            v
+            for v in find_inverse_link(param, LINKS[link].ops, free)
             if v in reach and v not in roots
         ]
         if found:
@@ -343,6 +368,17 @@ def classify_observed(rv, model):
             f"{LINKS[link].how} with a single linear predictor eta. Supported: {SUPPORTED}."
         )
     eta = LINKS[link].predictor(found[0])
-    return ObservedTerm(rv, "split", rec.families[link], eta, None, trials=trials, param=param,
-                        link=LINKS[link], pname=pname, nuisance=nuisance,
-                        mean_from_p=rec.mean_from_p, nuisance_hint=rec.nuisance_hint)
+    return ObservedTerm(
+        rv,
+        "split",
+        rec.families[link],
+        eta,
+        None,
+        trials=trials,
+        param=param,
+        link=LINKS[link],
+        pname=pname,
+        nuisance=nuisance,
+        mean_from_p=rec.mean_from_p,
+        nuisance_hint=rec.nuisance_hint,
+    )

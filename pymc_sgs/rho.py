@@ -134,7 +134,6 @@ class RhoTuner:
         return self.rho
 
 
-
 def laplace_log_weight_var(kernel, mode, chol, rho) -> float:
     """``Var(log w_rho(theta))`` for ``theta ~ N(theta*, H^-1)``, to second order.
 
@@ -181,8 +180,10 @@ def log_weight_var_parts(kernel, mode, chol, rho) -> tuple:
             s = np.sqrt(np.sum(scipy.linalg.solve_triangular(chol, A.T, lower=True) ** 2, axis=0))
             s = np.maximum(s, 1e-8)
             tr = None if trials is None else trials[rows]
-            psi = [log_weight_rows(fam, y[rows], tr, eta + k * s, rho_t[rows], None, n_nodes)[0]
-                   for k in (-1.0, 0.0, 1.0)]
+            psi = [
+                log_weight_rows(fam, y[rows], tr, eta + k * s, rho_t[rows], None, n_nodes)[0]
+                for k in (-1.0, 0.0, 1.0)
+            ]
             d1 = (psi[2] - psi[0]) / (2.0 * s)
             d2 = (psi[2] - 2.0 * psi[1] + psi[0]) / s**2
             g += A.T @ d1
@@ -190,8 +191,16 @@ def log_weight_var_parts(kernel, mode, chol, rho) -> tuple:
     return g, W
 
 
-def pilot_rho(kernel, mode, chol, bias_tol: float, *, rho0: float = 0.5,
-              max_steps: int = 12, rho_max: float = np.inf) -> float:
+def pilot_rho(
+    kernel,
+    mode,
+    chol,
+    bias_tol: float,
+    *,
+    rho0: float = 0.5,
+    max_steps: int = 12,
+    rho_max: float = np.inf,
+) -> float:
     """Rho at which the Laplace-approximated ``Var(log w_rho)`` meets the certificate.
 
     Secant steps on ``log`` :func:`laplace_log_weight_var` against ``log rho``, starting

@@ -103,7 +103,8 @@ def series_log_weight(derivatives, rho):
     m = _gaussian_moments(mu, s2, 8)
     mean_r = a3 * m[3] + a4 * m[4] + a5 * m[5] + a6 * m[6]
     var_r = (
-        a3 * a3 * (m[6] - m[3] ** 2) + 2.0 * a3 * a4 * (m[7] - m[3] * m[4])
+        a3 * a3 * (m[6] - m[3] ** 2)
+        + 2.0 * a3 * a4 * (m[7] - m[3] * m[4])
         + a4 * a4 * (m[8] - m[4] ** 2)
     )
     return 0.5 * np.log1p(h * rho**2) - 0.5 * g * g * s2 + mean_r - 0.5 * var_r

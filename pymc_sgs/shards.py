@@ -70,7 +70,13 @@ class RejectionDraw(NamedTuple):
 
 
 def approximate_minimiser(
-    grad_f: Callable, x0, m: float, M: float | None, *, grad_tol: float, max_steps: int = 200,
+    grad_f: Callable,
+    x0,
+    m: float,
+    M: float | None,
+    *,
+    grad_tol: float,
+    max_steps: int = 200,
     hess_f: Callable | None = None,
 ):
     """Approximate minimiser of an ``m``-strongly convex, ``M``-smooth ``f`` (Remark 4).
@@ -88,7 +94,9 @@ def approximate_minimiser(
     g = grad_f(x)
     newton = M is None or not np.isfinite(M)
     if newton and hess_f is None:
-        raise ValueError("approximate_minimiser: without a smoothness constant M, hess_f is needed.")
+        raise ValueError(
+            "approximate_minimiser: without a smoothness constant M, hess_f is needed."
+        )
     for k in range(max_steps):
         if np.linalg.norm(g) <= grad_tol:
             return x, g, k
@@ -117,9 +125,18 @@ def _paper_gamma(g2: float, d: int, m: float) -> float:
 
 
 def sample_strongly_log_concave(
-    f: Callable, grad_f: Callable, m: float, M: float | None, x0, rng: np.random.Generator, *,
-    n_grad_steps: int = 200, grad_tol: float | None = None, envelope: str = "paper",
-    hess_f: Callable | None = None, max_proposals: int = 100_000,
+    f: Callable,
+    grad_f: Callable,
+    m: float,
+    M: float | None,
+    x0,
+    rng: np.random.Generator,
+    *,
+    n_grad_steps: int = 200,
+    grad_tol: float | None = None,
+    envelope: str = "paper",
+    hess_f: Callable | None = None,
+    max_proposals: int = 100_000,
 ) -> RejectionDraw:
     """Exact draw of ``p(x) ∝ exp(-f(x))``, ``f`` ``m``-strongly convex, by rejection.
 
@@ -210,8 +227,15 @@ def sample_strongly_log_concave(
 
 
 def mh_log_concave_step(
-    f: Callable, grad_f: Callable, hess_f: Callable, x, rng: np.random.Generator, *,
-    n_steps: int = 5, x_start=None, max_newton: int = 50,
+    f: Callable,
+    grad_f: Callable,
+    hess_f: Callable,
+    x,
+    rng: np.random.Generator,
+    *,
+    n_steps: int = 5,
+    x_start=None,
+    max_newton: int = 50,
 ):
     """Independence Metropolis–Hastings from the Laplace approximation of ``exp(-f)``.
 
@@ -332,8 +356,15 @@ class ShardKernel:
     """
 
     def __init__(
-        self, problem: SplitProblem, rho, n_shards: int, *, z_sampler: str = "rejection",
-        envelope: str = "paper", n_grad_steps: int = 200, mh_steps: int = 5,
+        self,
+        problem: SplitProblem,
+        rho,
+        n_shards: int,
+        *,
+        z_sampler: str = "rejection",
+        envelope: str = "paper",
+        n_grad_steps: int = 200,
+        mh_steps: int = 5,
     ):
         if len(problem.split_terms) != 1:
             raise ValueError(
@@ -374,13 +405,19 @@ class ShardKernel:
             for r in rows
         ]
         self.smoothness = np.array(
-            [np.nan if (L := shard_smoothness(self.family, X, t, y)) is None else L
-             for X, _, y, t in self.shards]
+            [
+                np.nan if (L := shard_smoothness(self.family, X, t, y)) is None else L
+                for X, _, y, t in self.shards
+            ]
         )
         stacked = np.tile(np.eye(d), (self.b, 1))
         self.theta_conditional = GaussianThetaConditional(
-            problem.prior_precision, problem.prior_mean, stacked, np.zeros(self.b * d),
-            self.rho, [(t.A, t.offset, t.y) for t in problem.gaussian_terms],
+            problem.prior_precision,
+            problem.prior_mean,
+            stacked,
+            np.zeros(self.b * d),
+            self.rho,
+            [(t.A, t.offset, t.y) for t in problem.gaussian_terms],
         )
         fixed = [t.sigma for t in problem.gaussian_terms]
         if problem.gaussian_terms and all(s is not None for s in fixed):
@@ -455,11 +492,21 @@ class ShardKernel:
             if self.z_sampler == "rejection":
                 L = self.smoothness[s]
                 draw = sample_strongly_log_concave(
-                    f, gf, w, None if np.isnan(L) else L + w, theta, rng,
-                    n_grad_steps=self.n_grad_steps, envelope=self.envelope, hess_f=hf,
+                    f,
+                    gf,
+                    w,
+                    None if np.isnan(L) else L + w,
+                    theta,
+                    rng,
+                    n_grad_steps=self.n_grad_steps,
+                    envelope=self.envelope,
+                    hess_f=hf,
                 )
                 z_new[s], modes[s], props[s], steps[s] = (
-                    draw.x, draw.x_tilde, draw.n_proposals, draw.n_grad_steps
+                    draw.x,
+                    draw.x_tilde,
+                    draw.n_proposals,
+                    draw.n_grad_steps,
                 )
             else:
                 start = theta if z_old is None else z_old[s]
@@ -470,7 +517,8 @@ class ShardKernel:
         info = ShardInfo(
             z_proposals=float(props.mean()) if exact else 0.0,
             z_accept=1.0 if exact else float(acc.mean()),
-            shard_proposals=props, shard_grad_steps=steps,
+            shard_proposals=props,
+            shard_grad_steps=steps,
         )
         return z_new.ravel(), modes.ravel(), info
 

@@ -55,8 +55,12 @@ from .start import ROW_BLOCK, kernel_neg_log_posterior
 from .validate import check_bool
 
 __all__ = [
-    "ShiftMove", "validate_shift", "validate_shift_moves", "validate_shift_relaxation",
-    "moves_for_acceptance", "laplace_mean_offset",
+    "ShiftMove",
+    "validate_shift",
+    "validate_shift_moves",
+    "validate_shift_relaxation",
+    "moves_for_acceptance",
+    "laplace_mean_offset",
 ]
 
 
@@ -82,9 +86,11 @@ RELAX_LEAVE = 0.85
 
 def validate_shift_relaxation(shift_relaxation) -> float:
     """``shift_relaxation`` must be a real number in ``[0, 1)``; returns it as a float."""
-    if isinstance(shift_relaxation, (bool, np.bool_)) or not isinstance(
-        shift_relaxation, (int, float, np.integer, np.floating)
-    ) or not 0.0 <= float(shift_relaxation) < 1.0:
+    if (
+        isinstance(shift_relaxation, (bool, np.bool_))
+        or not isinstance(shift_relaxation, (int, float, np.integer, np.floating))
+        or not 0.0 <= float(shift_relaxation) < 1.0
+    ):
         raise ValueError(
             "shift_relaxation must be a number in [0, 1) (the reflection of the shift "
             f"proposal through the posterior mode; 0 turns it off); received {shift_relaxation!r}."
@@ -96,8 +102,11 @@ def validate_shift_moves(shift_moves):
     """``shift_moves`` must be ``"auto"`` or an integer from 1 to 20; returns it."""
     if isinstance(shift_moves, str) and shift_moves == "auto":
         return shift_moves
-    if isinstance(shift_moves, (bool, np.bool_)) or not isinstance(shift_moves, (int, np.integer)) \
-            or not 1 <= shift_moves <= 20:
+    if (
+        isinstance(shift_moves, (bool, np.bool_))
+        or not isinstance(shift_moves, (int, np.integer))
+        or not 1 <= shift_moves <= 20
+    ):
         raise ValueError(
             f"shift_moves must be 'auto' or an integer from 1 to 20 (shift moves per sweep); "
             f"received {shift_moves!r}."
@@ -201,8 +210,10 @@ def split_potential_change(kernel, z, delta) -> tuple:
             else:
                 a_delta[sl] = k.A[sl] @ delta
                 z_prop[sl] = z[sl] + a_delta[sl]
-                change += float(np.sum(fam.potential(z_prop[sl], term.y, term.trials))
-                                - np.sum(fam.potential(z[sl], term.y, term.trials)))
+                change += float(
+                    np.sum(fam.potential(z_prop[sl], term.y, term.trials))
+                    - np.sum(fam.potential(z[sl], term.y, term.trials))
+                )
     return change, z_prop, a_delta
 
 
@@ -340,7 +351,8 @@ class ShiftMove:
             # a fixed function of the data (computed once), so the proposal stays reversible
             # for its Gaussian
             self._mean_offset = (
-                self._compute_mean_offset() if self.mean_correction
+                self._compute_mean_offset()
+                if self.mean_correction
                 else np.zeros(np.shape(self.mean))
             )
         return self._residual_mode(state) + self._mean_offset
@@ -380,8 +392,7 @@ class ShiftMove:
             atz = state.atz + tc.split_rhs_change(delta, a_delta)
         # the shifted modes go into A delta's buffer: no further n-vector at the peak
         z_mode = np.add(state.z_mode, a_delta, out=a_delta)
-        return state._replace(theta=prop, z=z_prop, z_mode=z_mode, log_weight=float("nan"),
-                              atz=atz)
+        return state._replace(theta=prop, z=z_prop, z_mode=z_mode, log_weight=float("nan"), atz=atz)
 
     def step(self, state, rng: np.random.Generator):
         """One move from ``state`` (an :class:`~pymc_sgs.kernel.SGSState`).
@@ -398,7 +409,9 @@ class ShiftMove:
         delta = prop - theta
         change, z_prop, a_delta = self._split_change(state.z, delta)
         log_ratio = (
-            self._log_unsplit(prop) - self._log_unsplit(theta) - change
+            self._log_unsplit(prop)
+            - self._log_unsplit(theta)
+            - change
             - (self._log_reference(prop, centre) - self._log_reference(theta, centre))
         )
         accept_prob = float(np.exp(min(0.0, log_ratio))) if not np.isnan(log_ratio) else 0.0

@@ -117,8 +117,11 @@ def kernel_neg_log_posterior(kernel, include_split: bool = True, include_prior: 
     shard's kernel, whose prior is a placeholder, contributes its rows only).
     """
     cond = kernel.theta_conditional
-    split = [(fam, t.A, t.offset, t.y, t.trials)
-             for fam, t in zip(kernel.families, kernel.split_terms)] if include_split else ()
+    split = (
+        [(fam, t.A, t.offset, t.y, t.trials) for fam, t in zip(kernel.families, kernel.split_terms)]
+        if include_split
+        else ()
+    )
     gaussian = [(A, resid, s) for (A, resid, _, _), s in zip(cond._gaussian, cond._sigmas or ())]
     precision = np.asarray(cond._prior_precision, dtype=float)
     if not include_prior:
@@ -126,8 +129,9 @@ def kernel_neg_log_posterior(kernel, include_split: bool = True, include_prior: 
     return neg_log_posterior(precision, cond._prior_mean, split, gaussian)
 
 
-def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 50,
-                  tol: float = 1e-8) -> LaplaceStart:
+def laplace_start(
+    kernel, theta0, rng: np.random.Generator, *, max_iter: int = 50, tol: float = 1e-8
+) -> LaplaceStart:
     """Draw a starting point from the Laplace approximation of the posterior of ``kernel``.
 
     Damped Newton (backtracking on the objective) from ``theta0`` on the negative log
@@ -146,8 +150,11 @@ def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 5
         if fam.piecewise_linear or not fam.log_concave:
             return LaplaceStart(None, None, 0, f"{fam!r} is kinked or not log-concave")
     # a sharded kernel sums its shards' parts (ShardedKernel.neg_log_posterior)
-    f = kernel.neg_log_posterior() if hasattr(kernel, "neg_log_posterior") else \
-        kernel_neg_log_posterior(kernel)
+    f = (
+        kernel.neg_log_posterior()
+        if hasattr(kernel, "neg_log_posterior")
+        else kernel_neg_log_posterior(kernel)
+    )
     cond = kernel.theta_conditional
     theta = np.asarray(theta0, dtype=float).copy()
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -193,6 +200,7 @@ def laplace_start(kernel, theta0, rng: np.random.Generator, *, max_iter: int = 5
                 scale += np.einsum("ij,ij->j", term.A, term.A)
         if np.any(np.diag(L) ** 2 < 1e-6 * np.maximum(scale, 1e-300)):
             return LaplaceStart(None, None, it, "the posterior is nearly flat in some direction")
-    draw = theta + scipy.linalg.solve_triangular(L, rng.standard_normal(theta.shape[0]),
-                                                 lower=True, trans="T")
+    draw = theta + scipy.linalg.solve_triangular(
+        L, rng.standard_normal(theta.shape[0]), lower=True, trans="T"
+    )
     return LaplaceStart(draw, theta, it, "", L)

@@ -6,7 +6,6 @@ import dataclasses
 from typing import Any
 
 import numpy as np
-
 import pymc as pm
 from pymc.step_methods.compound import StepMethodState
 from pymc.step_methods.state import dataclass_state
@@ -18,7 +17,12 @@ from .centering import center_problem
 from .detect import detect_split_problem
 from .detect_multinomial import has_categorical_likelihood
 from .kernel import (
-    SGSInfo, SGSState, SplitGibbsKernel, validate_alpha, validate_rho, validate_theta_solver,
+    SGSInfo,
+    SGSState,
+    SplitGibbsKernel,
+    validate_alpha,
+    validate_rho,
+    validate_theta_solver,
 )
 from .nuisance import slice_sample
 from .propriety import check_proper
@@ -27,8 +31,14 @@ from .shards import ShardKernel, validate_n_shards
 from .shift import ShiftMove, validate_shift, validate_shift_moves, validate_shift_relaxation
 from .start import laplace_start, validate_init
 from .step_base import (  # noqa: F401 - SamplerFeedbackWarning and AUTO_RHO_START re-exported
-    AUTO_RHO_START, BaseSplitGibbs, SamplerFeedbackWarning, _data_fingerprints, _flat_options,
-    _validate_sweep_every, _validate_weight_options, _warn_user,
+    AUTO_RHO_START,
+    BaseSplitGibbs,
+    SamplerFeedbackWarning,
+    _data_fingerprints,
+    _flat_options,
+    _validate_sweep_every,
+    _validate_weight_options,
+    _warn_user,
 )
 from .step_multinomial import CategoricalSplitGibbs
 from .validate import check_bool
@@ -220,9 +230,14 @@ class SplitGibbs(BaseSplitGibbs):
 
     def __new__(cls, *args, **kwargs):
         # a pm.Categorical likelihood (multinomial logit) has its own step: same arguments
-        if cls is SplitGibbs and "_unpickle" not in kwargs and (
+        if (
+            cls is SplitGibbs
+            and "_unpickle" not in kwargs
+            and (
                 kwargs.get("model") is not None
-                or pm.Model.get_context(error_if_none=False) is not None):
+                or pm.Model.get_context(error_if_none=False) is not None
+            )
+        ):
             if has_categorical_likelihood(kwargs.get("model")):
                 return CategoricalSplitGibbs(*args, **kwargs)
         return super().__new__(cls, *args, **kwargs)
@@ -290,13 +305,17 @@ class SplitGibbs(BaseSplitGibbs):
         self.shift_relaxation = validate_shift_relaxation(shift_relaxation)
         self.sweep_every = _validate_sweep_every(
             sweep_every,
-            "shift=False" if not self.shift
-            else "exact=True (which does not use the shift move)" if exact else None,
+            "shift=False"
+            if not self.shift
+            else "exact=True (which does not use the shift move)"
+            if exact
+            else None,
         )
         self.split = split
         bias_tol = validate_bias_tol(bias_tol)
-        self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
-                                                     self.auto_rho)
+        self.weight_every = _validate_weight_options(
+            exact, exact_sweeps, log_weights, self.auto_rho
+        )
         model = pm.modelcontext(model)
         self.detected = detect_split_problem(model, vars, split_gaussian=split_gaussian)
         self.free_rates = list(self.detected.free_rates)
@@ -334,8 +353,12 @@ class SplitGibbs(BaseSplitGibbs):
             self.kernel = ShardKernel(self.detected.problem, rho, n_shards)
         else:
             self.kernel = backend.build_kernel(
-                self.detected.problem, start_rho, alpha, bool(log_weights),
-                theta_solver=theta_solver, dtype=dtype,
+                self.detected.problem,
+                start_rho,
+                alpha,
+                bool(log_weights),
+                theta_solver=theta_solver,
+                dtype=dtype,
             )
         self.exact = bool(exact)
         self.exact_sweeps = int(exact_sweeps)
@@ -355,8 +378,10 @@ class SplitGibbs(BaseSplitGibbs):
         # sigma or likelihood parameter updated between draws moves the posterior away from
         # the Laplace approximation the move was built on
         self._thinning_helps = bool(
-            self.detected.problem.n_split and not self.detected.prior_sources
-            and not self._free_sigma and not owned
+            self.detected.problem.n_split
+            and not self.detected.prior_sources
+            and not self._free_sigma
+            and not owned
         )
         self.tune = True
         # rho="auto" from the Laplace approximation: computed at the first chain's start and
@@ -378,8 +403,11 @@ class SplitGibbs(BaseSplitGibbs):
                 f", {k}={free[i][k]}" if k in free.get(i, {}) else f", {k}={v:.4g}"
                 for k, v in getattr(fam, "params", {}).items()
             )
-            terms.append(f"{t.name}: {fam.name}({fam.link}{params})"
-                         if hasattr(fam, "params") else f"{t.name}: {fam!r}")
+            terms.append(
+                f"{t.name}: {fam.name}({fam.link}{params})"
+                if hasattr(fam, "params")
+                else f"{t.name}: {fam!r}"
+            )
         gauss = ", ".join(t.name for t in p.gaussian_terms)
         return (
             # a back end given the full data knows more rows than the model's head
@@ -388,8 +416,11 @@ class SplitGibbs(BaseSplitGibbs):
             f"split=[{', '.join(terms)}], gaussian=[{gauss}]"
             + (f", rho={self._rho_repr()}" if p.n_split else "")
             + f", backend={self.backend.describe()}"
-            + (f", nuisance={[self._rv_names.get(n, n) for n in self._nuisance_names]}"
-               if self._nuisance_names else "")
+            + (
+                f", nuisance={[self._rv_names.get(n, n) for n in self._nuisance_names]}"
+                if self._nuisance_names
+                else ""
+            )
             + ")"
         )
 
@@ -416,8 +447,11 @@ class SplitGibbs(BaseSplitGibbs):
     # --------------------------------------------------------------------- step
     def step(self, point):
         theta = self._theta_from_point(point)
-        if (self.rho_tuner is not None and self.z_mode is not None
-                and float(self.kernel.rho) != self.rho_tuner.rho):
+        if (
+            self.rho_tuner is not None
+            and self.z_mode is not None
+            and float(self.kernel.rho) != self.rho_tuner.rho
+        ):
             # sequential chains restore the tuner; keep the kernel in step with it
             self.kernel.set_rho(self.rho_tuner.rho)
             self.log_weight, self.atz = float("nan"), None
@@ -478,7 +512,10 @@ class SplitGibbs(BaseSplitGibbs):
                     self.feedback["next_weight"] = self.feedback["draws"] + self.weight_every
             state, info = self.kernel.sweep(state, self.rng, weights=weights)
         self.z, self.z_mode, self.log_weight, self.atz = (
-            state.z, state.z_mode, state.log_weight, state.atz
+            state.z,
+            state.z_mode,
+            state.log_weight,
+            state.atz,
         )
         stats = {
             "rho": float(np.mean(self.kernel.rho)),
@@ -529,15 +566,20 @@ class SplitGibbs(BaseSplitGibbs):
         untuned = not self.tune  # tune=0: stop_tuning came before the first draw
         start = None
         if (self.init == "laplace" or use_shift or self.auto_rho) and (
-                sharded or isinstance(self.kernel, SplitGibbsKernel)):
+            sharded or isinstance(self.kernel, SplitGibbsKernel)
+        ):
             start = laplace_start(self.kernel, theta, self.rng)
         have_laplace = start is not None and start.theta is not None
         if have_laplace and use_shift:
             # the same move; a sharded kernel's passes over the rows run on its shards
             move_class = ShardedShiftMove if sharded else ShiftMove
-            self.shift_move = move_class(self.kernel, start.mode, start.chol,
-                                         moves=self.shift_moves,
-                                         relaxation=self.shift_relaxation)
+            self.shift_move = move_class(
+                self.kernel,
+                start.mode,
+                start.chol,
+                moves=self.shift_moves,
+                relaxation=self.shift_relaxation,
+            )
             if untuned:
                 self.shift_move.freeze()
         if have_laplace and self.init == "laplace":
@@ -548,8 +590,10 @@ class SplitGibbs(BaseSplitGibbs):
         rho_max = self._rho_max()
         if have_laplace:
             if self._auto_rho_value is None:
-                rho = pilot_rho(self.kernel, start.mode, start.chol, self.bias_tol,
-                                rho_max=rho_max) * RhoTuner.safety
+                rho = (
+                    pilot_rho(self.kernel, start.mode, start.chol, self.bias_tol, rho_max=rho_max)
+                    * RhoTuner.safety
+                )
                 # 4 significant digits: processes that repeat the computation agree exactly
                 self._auto_rho_value = float(f"{min(rho, rho_max):.4g}")
             self.kernel.set_rho(self._auto_rho_value)
@@ -578,7 +622,9 @@ class SplitGibbs(BaseSplitGibbs):
     def _rho_max(self) -> float:
         """Largest rho for rho="auto": :data:`AUTO_RHO_MAX` natural scales of the predictor."""
         terms = self.detected.problem.split_terms
-        return AUTO_RHO_MAX * max(f.eta_scale(t.trials) for f, t in zip(self.kernel.families, terms))
+        return AUTO_RHO_MAX * max(
+            f.eta_scale(t.trials) for f, t in zip(self.kernel.families, terms)
+        )
 
     # ------------------------------------------------------- nuisance parameters
     def _set_families(self, point):
@@ -611,7 +657,9 @@ class SplitGibbs(BaseSplitGibbs):
         tilt = self.exact and not self.tune
         theta = self._theta_from_point(point) if tilt else None
         for name, prior_logp in self.detected.nuisance_vars:
-            indices = sorted({i for i, _, _, names in self.detected.nuisance_sources if name in names})
+            indices = sorted(
+                {i for i, _, _, names in self.detected.nuisance_sources if name in names}
+            )
             dtype = np.asarray(point[name]).dtype
 
             def log_density(x, name=name, indices=indices, dtype=dtype):
@@ -666,10 +714,14 @@ class SplitGibbs(BaseSplitGibbs):
             return 1
         if self.sweep_every != "auto":
             return self.sweep_every
-        if (self.tune or self.feedback["tune_draws"] < MIN_TUNE_FOR_THINNING
-                or not self._thinning_helps):
+        if (
+            self.tune
+            or self.feedback["tune_draws"] < MIN_TUNE_FOR_THINNING
+            or not self._thinning_helps
+        ):
             return 1
         return AUTO_SWEEP_EVERY
+
 
 # a Categorical model's SplitGibbs(...) is a CategoricalSplitGibbs (SplitGibbs.__new__)
 SplitGibbs.register(CategoricalSplitGibbs)
@@ -700,9 +752,20 @@ class BlockSplitGibbs(SplitGibbs):
 
     def __init__(self, vars=None, *, n_blocks: int, rho: float, model=None, rng=None) -> None:
         options = _flat_options(
-            type(self).__name__, rho=rho, bias_tol=0.1, alpha=0.0, exact=False, shift=False,
-            log_weights=True, init="laplace", center=False, backend=None, model=model,
-            rng=rng, split_gaussian=False, legacy={},
+            type(self).__name__,
+            rho=rho,
+            bias_tol=0.1,
+            alpha=0.0,
+            exact=False,
+            shift=False,
+            log_weights=True,
+            init="laplace",
+            center=False,
+            backend=None,
+            model=model,
+            rng=rng,
+            split_gaussian=False,
+            legacy={},
         )
         self._setup(vars, **{**options, "split": "shards", "n_shards": n_blocks})
 
@@ -715,9 +778,12 @@ def _centered(detected, owned=()):
             "updated by SplitGibbs (centring at one value would be wrong at the others). Use "
             "center=False for this model."
         )
-    other = [f"{t.name} ({t.family!r})" for t in detected.problem.split_terms
-             # canonical links: the potential is linear in y, so shifting y centres it
-             if not t.family.canonical_link]
+    other = [
+        f"{t.name} ({t.family!r})"
+        for t in detected.problem.split_terms
+        # canonical links: the potential is linear in y, so shifting y centres it
+        if not t.family.canonical_link
+    ]
     if other:
         raise ValueError(
             "center=True supports Bernoulli/Binomial-logit, Poisson-log and Normal terms, whose "
@@ -750,8 +816,11 @@ def _check_shards_model(detected, owned, backend, theta_solver, dtype):
             "split='shards' has its own theta-step and float64 data; received "
             f"theta_solver={theta_solver!r}, dtype={dtype!r}. Leave them at their defaults."
         )
-    kinked = [t.name for t in detected.problem.split_terms
-              if t.family.piecewise_linear or not t.family.log_concave]
+    kinked = [
+        t.name
+        for t in detected.problem.split_terms
+        if t.family.piecewise_linear or not t.family.log_concave
+    ]
     if kinked:
         raise ValueError(
             f"split='shards' needs smooth log-concave potentials; received the terms {kinked}. "
@@ -793,12 +862,14 @@ def _check_proper(detected) -> None:
     problem = detected.problem
     flat = np.asarray(problem.prior_precision).diagonal() == 0
     for p, _, _ in detected.prior_sources:  # hierarchical Normal priors: proper
-        flat[p.start:p.stop] = False
+        flat[p.start : p.stop] = False
     if not flat.any():
         return
     labels = []
     for p in problem.params:
-        labels += [p.name] if p.shape == () else [
-            f"{p.name}[{', '.join(map(str, ix))}]" for ix in np.ndindex(*p.shape)]
+        labels += (
+            [p.name]
+            if p.shape == ()
+            else [f"{p.name}[{', '.join(map(str, ix))}]" for ix in np.ndindex(*p.shape)]
+        )
     check_proper(problem, flat, labels)
-

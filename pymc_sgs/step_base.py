@@ -12,7 +12,6 @@ imports neither.
 from __future__ import annotations
 
 import numpy as np
-
 import pymc as pm
 from pymc.step_methods.compound import BlockedStep, Competence
 from pytensor.compile.sharedvalue import SharedVariable
@@ -95,16 +94,29 @@ class BaseSplitGibbs(BlockedStep):
         _split_gaussian: bool = False,
         **legacy,
     ) -> None:
-        self._setup(vars, **_flat_options(
-            type(self).__name__, rho=rho, bias_tol=bias_tol, alpha=alpha, exact=exact,
-            shift=shift, log_weights=log_weights, init=init, center=center, backend=backend,
-            model=model, rng=rng, split_gaussian=_split_gaussian, legacy=legacy,
-        ))
+        self._setup(
+            vars,
+            **_flat_options(
+                type(self).__name__,
+                rho=rho,
+                bias_tol=bias_tol,
+                alpha=alpha,
+                exact=exact,
+                shift=shift,
+                log_weights=log_weights,
+                init=init,
+                center=center,
+                backend=backend,
+                model=model,
+                rng=rng,
+                split_gaussian=_split_gaussian,
+                legacy=legacy,
+            ),
+        )
 
     def _setup(self, vars, **options):  # pragma: no cover - interface
         """The constructor proper, on the flat options of :func:`_flat_options`."""
         raise NotImplementedError
-
 
     def __getnewargs_ex__(self):
         # PyMC's BlockedStep re-creates a step from its constructor arguments, model included,
@@ -165,9 +177,18 @@ class BaseSplitGibbs(BlockedStep):
     @staticmethod
     def _fresh_feedback() -> dict:
         """Per-chain counters: post-tuning draws and sweeps, all iterations, acceptance sums."""
-        return {"draws": 0, "z_accept": 0.0, "exact_accept": 0.0, "warned": False,
-                "iterations": 0, "swept": 0, "tune_draws": 0, "next_weight": 0,
-                "shift_accept": 0.0, "shift_draws": 0}
+        return {
+            "draws": 0,
+            "z_accept": 0.0,
+            "exact_accept": 0.0,
+            "warned": False,
+            "iterations": 0,
+            "swept": 0,
+            "tune_draws": 0,
+            "next_weight": 0,
+            "shift_accept": 0.0,
+            "shift_draws": 0,
+        }
 
     def _check_health(self, stats, theta=None):
         """Warn once per chain when the acceptance rates or the mixing say the settings are poor.
@@ -251,7 +272,7 @@ class BaseSplitGibbs(BlockedStep):
         log weights (the last 80% of the tuning draws, past the burn-in) estimate the same
         variance without that approximation.
         """
-        lw = np.asarray(self.rho_check[len(self.rho_check) // 5:])
+        lw = np.asarray(self.rho_check[len(self.rho_check) // 5 :])
         self.rho_check = None
         if lw.size < RHO_CHECK_MIN_DRAWS:
             _warn_user(
@@ -281,13 +302,31 @@ def _min_ess(thetas) -> float:
     """Smallest ArviZ bulk ESS over the coordinates of one chain's draws ``(draws, d)``."""
     import arviz as az
 
-    ess = [float(az.ess(thetas[None, :, j])) for j in range(thetas.shape[1])
-           if np.ptp(thetas[:, j]) > 0]
+    ess = [
+        float(az.ess(thetas[None, :, j]))
+        for j in range(thetas.shape[1])
+        if np.ptp(thetas[:, j]) > 0
+    ]
     return min(ess) if ess else 0.0
 
 
-def _flat_options(cls_name, *, rho, bias_tol, alpha, exact, shift, log_weights, init, center,
-                  backend, model, rng, split_gaussian, legacy) -> dict:
+def _flat_options(
+    cls_name,
+    *,
+    rho,
+    bias_tol,
+    alpha,
+    exact,
+    shift,
+    log_weights,
+    init,
+    center,
+    backend,
+    model,
+    rng,
+    split_gaussian,
+    legacy,
+) -> dict:
     """The public arguments (and deprecated keywords) as the flat options of ``_setup``.
 
     A deprecated keyword overrides what the new argument says (it was given explicitly), and
@@ -300,14 +339,22 @@ def _flat_options(cls_name, *, rho, bias_tol, alpha, exact, shift, log_weights, 
     shift_default = shift_opts or ShiftOptions()
     legacy.pop("blocked", None)  # SplitGibbs is always blocked (__new__ dropped it)
     return dict(
-        rho=rho, bias_tol=bias_tol, alpha=alpha, exact=exact_opts is not None,
+        rho=rho,
+        bias_tol=bias_tol,
+        alpha=alpha,
+        exact=exact_opts is not None,
         exact_sweeps=legacy.get("exact_sweeps", exact_default.sweeps),
-        log_weights=log_weights, model=model, rng=rng,
+        log_weights=log_weights,
+        model=model,
+        rng=rng,
         split_gaussian=legacy.get("split_gaussian", split_gaussian),
         theta_solver=legacy.get("theta_solver", getattr(backend, "theta_solver", "auto")),
         dtype=legacy.get("dtype", getattr(backend, "dtype", "float64")),
-        backend=backend, split=legacy.get("split", "observations"),
-        n_shards=legacy.get("n_shards"), center=center, init=init,
+        backend=backend,
+        split=legacy.get("split", "observations"),
+        n_shards=legacy.get("n_shards"),
+        center=center,
+        init=init,
         shift=shift_opts is not None,
         shift_moves=legacy.get("shift_moves", shift_default.moves),
         shift_relaxation=legacy.get("shift_relaxation", shift_default.relaxation),
@@ -327,8 +374,11 @@ def _validate_sweep_every(sweep_every, without_shift: str | None):
     """
     if isinstance(sweep_every, str) and sweep_every == "auto":
         return "auto"
-    if (isinstance(sweep_every, (bool, np.bool_)) or not isinstance(sweep_every, (int, np.integer))
-            or sweep_every < 1):
+    if (
+        isinstance(sweep_every, (bool, np.bool_))
+        or not isinstance(sweep_every, (int, np.integer))
+        or sweep_every < 1
+    ):
         raise ValueError(
             f"sweep_every must be 'auto' or a positive integer; received {sweep_every!r}."
         )
@@ -345,8 +395,11 @@ def _validate_weight_options(exact, exact_sweeps, log_weights, auto_rho: bool) -
 
     Returns every how many draws the weights are recorded after tuning.
     """
-    if (isinstance(exact_sweeps, bool) or not isinstance(exact_sweeps, (int, np.integer))
-            or exact_sweeps < 1):
+    if (
+        isinstance(exact_sweeps, bool)
+        or not isinstance(exact_sweeps, (int, np.integer))
+        or exact_sweeps < 1
+    ):
         raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
     weight_every = _validate_log_weights(log_weights)
     if exact and weight_every > 1:
@@ -379,8 +432,12 @@ def _digest(value):
     arr = np.asarray(value)
     flat = arr.ravel()
     sample = flat[:: max(1, flat.size // 4096)]
-    return (arr.shape, str(arr.dtype), float(np.sum(flat, dtype=float)) if flat.size else 0.0,
-            sample.tobytes())
+    return (
+        arr.shape,
+        str(arr.dtype),
+        float(np.sum(flat, dtype=float)) if flat.size else 0.0,
+        sample.tobytes(),
+    )
 
 
 def _data_fingerprints(model):
@@ -398,11 +455,13 @@ def _data_fingerprints(model):
         for var in ancestors([rv, model.rvs_to_values[rv]]):
             if id(var) in seen:
                 continue
-            if isinstance(var, SharedVariable) and isinstance(var.get_value(borrow=True),
-                                                               np.ndarray):
+            if isinstance(var, SharedVariable) and isinstance(
+                var.get_value(borrow=True), np.ndarray
+            ):
                 value = var.get_value(borrow=True)
-            elif isinstance(var, Constant) and isinstance(var.data, np.ndarray) \
-                    and var.data.size > 1:
+            elif (
+                isinstance(var, Constant) and isinstance(var.data, np.ndarray) and var.data.size > 1
+            ):
                 value = var.data
             else:
                 continue

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 import pymc as pm
 from pymc.step_methods.compound import StepMethodState
 from pymc.step_methods.state import dataclass_state
@@ -25,7 +24,10 @@ from .rho import RhoTuner, validate_bias_tol
 from .shift import validate_shift, validate_shift_moves, validate_shift_relaxation
 from .start import validate_init
 from .step_base import (
-    AUTO_RHO_START, BaseSplitGibbs, _data_fingerprints, _validate_sweep_every,
+    AUTO_RHO_START,
+    BaseSplitGibbs,
+    _data_fingerprints,
+    _validate_sweep_every,
     _validate_weight_options,
 )
 
@@ -76,9 +78,31 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
 
     _state_class = CategoricalSplitGibbsState
 
-    def _setup(self, vars, *, rho, alpha, bias_tol, exact, exact_sweeps, log_weights, model, rng,
-               split_gaussian, theta_solver, dtype, backend, split, n_shards, center, init, shift,
-               shift_moves, shift_relaxation, sweep_every):
+    def _setup(
+        self,
+        vars,
+        *,
+        rho,
+        alpha,
+        bias_tol,
+        exact,
+        exact_sweeps,
+        log_weights,
+        model,
+        rng,
+        split_gaussian,
+        theta_solver,
+        dtype,
+        backend,
+        split,
+        n_shards,
+        center,
+        init,
+        shift,
+        shift_moves,
+        shift_relaxation,
+        sweep_every,
+    ):
         """The constructor proper (``SplitGibbs.__init__`` maps the public arguments here)."""
         where = "for a pm.Categorical (multinomial logit) likelihood"
         self.auto_rho = isinstance(rho, str) and rho == "auto"
@@ -103,15 +127,24 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
         _validate_sweep_every(sweep_every, f"a model {where}, which has no shift move")
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
-        self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights,
-                                                     self.auto_rho)
+        self.weight_every = _validate_weight_options(
+            exact, exact_sweeps, log_weights, self.auto_rho
+        )
         unsupported = [
             ("split_gaussian", split_gaussian, not split_gaussian, "split_gaussian=False"),
-            ("theta_solver", theta_solver, theta_solver in ("auto", "cholesky"),
-             "theta_solver='auto' (a Cholesky factor of the d x d precision)"),
+            (
+                "theta_solver",
+                theta_solver,
+                theta_solver in ("auto", "cholesky"),
+                "theta_solver='auto' (a Cholesky factor of the d x d precision)",
+            ),
             ("dtype", dtype, dtype == "float64", "dtype='float64'"),
-            ("split", split, split == "observations",
-             "split='observations' (one z_i in R^(K-1) per observation)"),
+            (
+                "split",
+                split,
+                split == "observations",
+                "split='observations' (one z_i in R^(K-1) per observation)",
+            ),
             ("n_shards", n_shards, n_shards is None, "no n_shards"),
             ("center", center, not center, "center=False"),
         ]
@@ -149,7 +182,13 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
         start_rho = AUTO_RHO_START if self.auto_rho else float(np.asarray(rho, dtype=float))
         det = self.detected
         self.kernel = CategoricalSplitKernel(
-            det.A, det.offset, det.y, K, det.prior_mean, det.prior_precision, start_rho,
+            det.A,
+            det.offset,
+            det.y,
+            K,
+            det.prior_mean,
+            det.prior_precision,
+            start_rho,
             alpha=self.alpha,
         )
         self.log_weights = bool(log_weights)

@@ -81,8 +81,15 @@ class CGThetaConditional:
     """
 
     def __init__(
-        self, prior_precision, prior_mean, split_A, split_offset, rho, gaussian_terms=(),
-        rtol: float = 1e-10, max_iter: int | None = None,
+        self,
+        prior_precision,
+        prior_mean,
+        split_A,
+        split_offset,
+        rho,
+        gaussian_terms=(),
+        rtol: float = 1e-10,
+        max_iter: int | None = None,
     ):
         self.d = prior_mean.shape[0]
         self.split_A = split_A
@@ -107,7 +114,11 @@ class CGThetaConditional:
         if self._prior_precision is not None and np.array_equal(P, self._prior_precision):
             return  # called every sweep by the step; the root only changes with P
         root = _root_of_psd(P)
-        smallest = np.min(root[1]) if root[0] == "diag" else np.min(np.linalg.svd(root[1], compute_uv=False))
+        smallest = (
+            np.min(root[1])
+            if root[0] == "diag"
+            else np.min(np.linalg.svd(root[1], compute_uv=False))
+        )
         if not smallest > 0.0:
             # CG would converge on a singular system and return a draw with an arbitrary
             # null-space component: refuse rather than sample an improper posterior wrongly
@@ -171,12 +182,16 @@ class CGThetaConditional:
         if info != 0:
             resid = np.linalg.norm(self._apply_Q(x) - rhs) / max(np.linalg.norm(rhs), 1e-300)
             if not np.isfinite(resid) or resid > 1e3 * self.rtol:
-                raise SingularPrecisionError(
-                    "conjugate gradients for theta | z did not converge in "
-                    f"{self.max_iter} iterations (relative residual {resid:.1e}): the precision is "
-                    "(nearly) singular. Give the coefficients a proper prior, remove redundant "
-                    "columns, or use theta_solver='cholesky'."
-                ) if info > 0 else ConvergenceError(f"conjugate gradients failed (info={info}).")
+                raise (
+                    SingularPrecisionError(
+                        "conjugate gradients for theta | z did not converge in "
+                        f"{self.max_iter} iterations (relative residual {resid:.1e}): the precision is "
+                        "(nearly) singular. Give the coefficients a proper prior, remove redundant "
+                        "columns, or use theta_solver='cholesky'."
+                    )
+                    if info > 0
+                    else ConvergenceError(f"conjugate gradients failed (info={info}).")
+                )
         return x
 
     @property

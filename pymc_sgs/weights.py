@@ -48,8 +48,12 @@ from .families import Family
 from .series import series_log_weight, series_rows
 
 __all__ = [
-    "gauss_hermite_nodes", "smoothed_log_likelihood", "log_weight_rows", "NEAR_GAUSSIAN",
-    "VERY_NEAR_GAUSSIAN", "node_tiers",
+    "gauss_hermite_nodes",
+    "smoothed_log_likelihood",
+    "log_weight_rows",
+    "NEAR_GAUSSIAN",
+    "VERY_NEAR_GAUSSIAN",
+    "node_tiers",
 ]
 
 #: default number of quadrature nodes
@@ -155,8 +159,13 @@ def log_weight_rows(family: Family, y, trials, eta, rho, mode=None, n_nodes: int
         if np.any(rest):
             t_r = None if trials is None else trials[rest]
             smoothed, m[rest] = smoothed_log_likelihood(
-                family, y[rest], t_r, eta[rest], rho[rest],
-                None if mode is None else np.asarray(mode)[rest], n_nodes,
+                family,
+                y[rest],
+                t_r,
+                eta[rest],
+                rho[rest],
+                None if mode is None else np.asarray(mode)[rest],
+                n_nodes,
             )
             out[rest] = family.log_likelihood(eta[rest], y[rest], t_r) - smoothed
         return out, m

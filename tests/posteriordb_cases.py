@@ -78,9 +78,7 @@ def _dogs_design(y):
     """
     n_shock = np.cumsum(y, axis=1) - y
     n_avoid = np.arange(y.shape[1])[None, :] - n_shock
-    return np.column_stack(
-        [np.ones(y.size), n_avoid.ravel(), n_shock.ravel()]
-    ).astype(float)
+    return np.column_stack([np.ones(y.size), n_avoid.ravel(), n_shock.ravel()]).astype(float)
 
 
 def _vector_mapping(d, sigma):

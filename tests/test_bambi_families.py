@@ -36,14 +36,20 @@ COMMON = ["Intercept", "x", "cat"]
 def df():
     rng = np.random.default_rng(17)
     n, G = 150, 5
-    d = pd.DataFrame({
-        "x": rng.normal(size=n),
-        "cat": rng.choice(["a", "b", "c"], n),
-        "g": rng.choice([f"g{i}" for i in range(G)], n),
-    })
+    d = pd.DataFrame(
+        {
+            "x": rng.normal(size=n),
+            "cat": rng.choice(["a", "b", "c"], n),
+            "g": rng.choice([f"g{i}" for i in range(G)], n),
+        }
+    )
     u = rng.normal(0.0, 0.5, G)
-    eta = (0.3 + 0.5 * d["x"] + d["cat"].map({"a": 0.0, "b": 0.4, "c": -0.3})
-           + u[d["g"].str[1:].astype(int)]).to_numpy()
+    eta = (
+        0.3
+        + 0.5 * d["x"]
+        + d["cat"].map({"a": 0.0, "b": 0.4, "c": -0.3})
+        + u[d["g"].str[1:].astype(int)]
+    ).to_numpy()
     p = 1.0 / (1.0 + np.exp(-eta))
     d["yb"] = (rng.random(n) < p).astype(int)
     d["n"] = 5
@@ -58,8 +64,9 @@ def df():
 def bambi_model(family, df):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = bmb.Model(f"{FAMILIES[family]} ~ x + cat + (1|g)", df, family=family,
-                          noncentered=False)
+        model = bmb.Model(
+            f"{FAMILIES[family]} ~ x + cat + (1|g)", df, family=family, noncentered=False
+        )
         model.build()
     return model.backend.model
 
@@ -74,8 +81,16 @@ def test_bambi_family_builds_and_samples(family, df):
         assert {"Intercept", "x", "cat", "1|g"} | NUISANCE[family] == owned
         (term,) = step.detected.problem.split_terms
         assert term.family.name == {"t": "studentt"}.get(family, family)
-        idata = pm.sample(step=step, draws=30, tune=20, chains=1, cores=1, random_seed=5,
-                          progressbar=False, compute_convergence_checks=False)
+        idata = pm.sample(
+            step=step,
+            draws=30,
+            tune=20,
+            chains=1,
+            cores=1,
+            random_seed=5,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     for v in COMMON + ["1|g"]:
         assert np.all(np.isfinite(idata.posterior[v].values))
     # the nuisance parameters move (they are updated by SplitGibbs)
@@ -90,13 +105,15 @@ def test_bambi_family_matches_nuts(family, df):
     common = dict(chains=2, cores=1, progressbar=False, compute_convergence_checks=False)
     with pm_model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sgs = pm.sample(step=pymc_sgs.SplitGibbs(rho=0.05), draws=4000, tune=500,
-                        random_seed=1, **common)
+        sgs = pm.sample(
+            step=pymc_sgs.SplitGibbs(rho=0.05), draws=4000, tune=500, random_seed=1, **common
+        )
         ref = pm.sample(draws=1500, tune=1000, random_seed=2, **common)
     for v in COMMON:
         s, r = sgs.posterior[v], ref.posterior[v]
         diff = np.abs(s.mean(("chain", "draw")) - r.mean(("chain", "draw"))).values.ravel()
-        mcse = np.hypot(az.mcse(sgs, var_names=[v])[v].values,
-                        az.mcse(ref, var_names=[v])[v].values).ravel()
+        mcse = np.hypot(
+            az.mcse(sgs, var_names=[v])[v].values, az.mcse(ref, var_names=[v])[v].values
+        ).ravel()
         sd = r.std(("chain", "draw")).values.ravel()
         assert np.all(diff < 4 * mcse + 0.1 * sd), (v, diff, mcse, sd)

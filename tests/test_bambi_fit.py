@@ -18,8 +18,9 @@ import pymc_sgs
 from pymc_sgs.deferred import DeferredStep
 from pymc_sgs.step_multinomial import CategoricalSplitGibbs
 
-SAMPLE = dict(draws=30, tune=30, chains=2, random_seed=3, progressbar=False,
-              compute_convergence_checks=False)
+SAMPLE = dict(
+    draws=30, tune=30, chains=2, random_seed=3, progressbar=False, compute_convergence_checks=False
+)
 
 
 def _data(n=80, seed=0):
@@ -47,8 +48,11 @@ def test_outside_a_model_the_step_is_deferred():
     step = pymc_sgs.SplitGibbs(rho=0.3)
     assert isinstance(step, DeferredStep)
     assert "deferred" in repr(step)
-    with pytest.raises(ValueError, match=r"no model on the context stack.*'vars'.*inside "
-                       r"`with model:`.*pm\.sample.*fit\(step=\.\.\.\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"no model on the context stack.*'vars'.*inside "
+        r"`with model:`.*pm\.sample.*fit\(step=\.\.\.\)",
+    ):
         step.vars
     with pytest.raises(TypeError, match="unexpected keyword argument 'rhoo'"):
         pymc_sgs.SplitGibbs(rhoo=0.3)
@@ -78,8 +82,11 @@ def test_deferred_step_of_a_categorical_model():
     y = np.random.default_rng(1).integers(0, 3, X.shape[0])
     with pm.Model() as model:
         B = pm.Normal("B", 0.0, 1.0, shape=(2, 2))
-        pm.Categorical("y", p=pm.math.softmax(X @ pt.concatenate([pt.zeros((2, 1)), B], axis=1),
-                                              axis=-1), observed=y)
+        pm.Categorical(
+            "y",
+            p=pm.math.softmax(X @ pt.concatenate([pt.zeros((2, 1)), B], axis=1), axis=-1),
+            observed=y,
+        )
     deferred = pymc_sgs.SplitGibbs(rho=0.3)
     with model:
         (step,) = list(deferred)
@@ -105,5 +112,8 @@ def test_bambi_fit_with_split_gibbs():
     for v in ("x", "z"):
         np.testing.assert_array_equal(fitted.posterior[v].values, direct.posterior[v].values)
     shift = df["x"].mean() * direct.posterior["x"] + df["z"].mean() * direct.posterior["z"]
-    np.testing.assert_allclose(fitted.posterior["Intercept"].values,
-                               (direct.posterior["Intercept"] - shift).values, rtol=1e-10)
+    np.testing.assert_allclose(
+        fitted.posterior["Intercept"].values,
+        (direct.posterior["Intercept"] - shift).values,
+        rtol=1e-10,
+    )

@@ -22,7 +22,9 @@ import pytest
 
 # appended, not prepended: benchmarks/ holds distributed.py, which must not shadow the dask
 # package (see test_sbc.py)
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.append(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+)
 
 from harness.baselines import run_laplace_psis  # noqa: E402
 from harness.cases import glm_model  # noqa: E402
@@ -41,8 +43,7 @@ def case():
     g = np.linspace(-4.0, 4.0, 801)
     B0, B1 = np.meshgrid(g, g, indexing="ij")
     eta = B0[..., None] * X[:, 0] + B1[..., None] * X[:, 1]
-    lp = (np.sum(y * eta - np.logaddexp(0.0, eta), axis=-1)
-          - 0.5 * (B0**2 + B1**2) / PRIOR_SD**2)
+    lp = np.sum(y * eta - np.logaddexp(0.0, eta), axis=-1) - 0.5 * (B0**2 + B1**2) / PRIOR_SD**2
     w = np.exp(lp - lp.max())
     w /= w.sum()
     m = np.array([np.sum(w * B0), np.sum(w * B1)])
@@ -57,9 +58,16 @@ def _sample(X, y, ratio, seed):
 
     model = glm_model(X, y, PRIOR_SD)
     with model:
-        idata = pm.sample(draws=2000, tune=300, chains=2, cores=1, random_seed=seed,
-                          step=LaplaceMH(ratio=ratio), progressbar=False,
-                          compute_convergence_checks=False)
+        idata = pm.sample(
+            draws=2000,
+            tune=300,
+            chains=2,
+            cores=1,
+            random_seed=seed,
+            step=LaplaceMH(ratio=ratio),
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     b = idata.posterior["beta"].values
     ds = az.convert_to_dataset({"beta": b})
     mcse_mean = az.mcse(ds, method="mean")["beta"].values
@@ -112,5 +120,7 @@ def test_generic_laplace_agrees_with_analytic(case):
     np.testing.assert_allclose(generic.mode, analytic.mode, atol=1e-4)
     np.testing.assert_allclose(generic.chol, analytic.chol, rtol=1e-4)
     # the mean correction moves the centre by a fraction of an sd, towards the quadrature mean
-    assert np.all(np.abs(analytic.offset) < 0.3 * np.sqrt(np.diag(np.linalg.inv(
-        analytic.chol @ analytic.chol.T))))
+    assert np.all(
+        np.abs(analytic.offset)
+        < 0.3 * np.sqrt(np.diag(np.linalg.inv(analytic.chol @ analytic.chol.T)))
+    )

@@ -10,9 +10,10 @@ from scipy.integrate import quad
 from scipy.stats import norm
 
 import pymc_sgs
-from .posteriordb_cases import build_model, load_reference
 from pymc_sgs.families import FAMILIES
 from pymc_sgs.weights import smoothed_log_likelihood
+
+from .posteriordb_cases import build_model, load_reference
 
 
 @pytest.mark.parametrize(
@@ -94,8 +95,13 @@ def test_psis_summary_needs_weights():
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pm.sample(
-            draws=20, tune=5, chains=1, step=pymc_sgs.SplitGibbs(rho=0.3, log_weights=False),
-            progressbar=False, compute_convergence_checks=False, random_seed=1,
+            draws=20,
+            tune=5,
+            chains=1,
+            step=pymc_sgs.SplitGibbs(rho=0.3, log_weights=False),
+            progressbar=False,
+            compute_convergence_checks=False,
+            random_seed=1,
         )
     with pytest.raises(ValueError, match="log_weight"):
         pymc_sgs.psis_summary(idata)
@@ -106,8 +112,13 @@ def test_psis_summary_refuses_exact_mode_draws():
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pm.sample(
-            draws=20, tune=20, chains=1, step=pymc_sgs.SplitGibbs(rho=0.3, exact=True),
-            progressbar=False, compute_convergence_checks=False, random_seed=1,
+            draws=20,
+            tune=20,
+            chains=1,
+            step=pymc_sgs.SplitGibbs(rho=0.3, exact=True),
+            progressbar=False,
+            compute_convergence_checks=False,
+            random_seed=1,
         )
     with pytest.raises(ValueError, match="exact"):
         pymc_sgs.psis_summary(idata)
@@ -135,7 +146,9 @@ def test_half_quadrature_rule_is_used_only_where_it_is_accurate():
         for rho in (0.05, 0.2, 0.5, 1.0, 2.0):
             ref, _ = smoothed_log_likelihood(fam, y, trials, eta, rho, n_nodes=40)
             adaptive, _ = smoothed_log_likelihood(fam, y, trials, eta, rho, n_nodes=16)
-            half, _ = smoothed_log_likelihood(fam, y, trials, eta, rho, n_nodes=7)  # < 8: fixed rule
+            half, _ = smoothed_log_likelihood(
+                fam, y, trials, eta, rho, n_nodes=7
+            )  # < 8: fixed rule
             m = find_z_mode(fam, y, trials, eta, np.full(n, rho))
             s = 1 / np.sqrt(fam.hess(m, y, trials) + 1 / rho**2)
             u3, u4 = fam.third_fourth(m, y, trials)
@@ -143,8 +156,10 @@ def test_half_quadrature_rule_is_used_only_where_it_is_accurate():
             full16, _ = smoothed_log_likelihood(fam, y, trials, eta, rho, n_nodes=17)
             assert np.max(np.abs(adaptive - ref)[near], initial=0) < 1e-8, (name, rho)
             # rows not near-Gaussian keep the full rule: as accurate as a fixed 16+ node rule
-            assert np.max(np.abs(adaptive - ref)[~near], initial=0) <= 10 * np.max(
-                np.abs(full16 - ref)[~near], initial=0) + 1e-12, (name, rho)
+            assert (
+                np.max(np.abs(adaptive - ref)[~near], initial=0)
+                <= 10 * np.max(np.abs(full16 - ref)[~near], initial=0) + 1e-12
+            ), (name, rho)
             if np.any(~near) and np.max(np.abs(half - ref)[~near]) > 1e-8:
                 worse_elsewhere = True
             # the quarter rule (4 nodes) on rows with kappa <= VERY_NEAR_GAUSSIAN
@@ -173,10 +188,16 @@ def test_thinned_weights_same_draws_and_same_correction():
             b = pm.Normal("b", 0.0, 2.0, shape=2)
             pm.Bernoulli("y", logit_p=X @ b, observed=y)
             # every draw swept, so that the thinning is log_weights' alone
-            runs[lw] = pm.sample(step=pymc_sgs.SplitGibbs(log_weights=lw, sweep_every=1),
-                                 draws=300, tune=300,
-                                 chains=2, cores=1, random_seed=5, progressbar=False,
-                                 compute_convergence_checks=False)
+            runs[lw] = pm.sample(
+                step=pymc_sgs.SplitGibbs(log_weights=lw, sweep_every=1),
+                draws=300,
+                tune=300,
+                chains=2,
+                cores=1,
+                random_seed=5,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
     full, thin = runs[True], runs[3]
     np.testing.assert_array_equal(full.posterior["b"].values, thin.posterior["b"].values)
     lw_full = full.sample_stats["log_weight"].values
@@ -186,6 +207,7 @@ def test_thinned_weights_same_draws_and_same_correction():
     np.testing.assert_array_equal(lw_thin[:, kept], lw_full[:, kept])
     s_thin = pymc_sgs.psis_summary(thin, warn=False)
     s_sub = pymc_sgs.psis_summary(full.isel(draw=np.flatnonzero(kept)), warn=False)
-    np.testing.assert_allclose(s_thin[["mean", "sd"]].values, s_sub[["mean", "sd"]].values,
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        s_thin[["mean", "sd"]].values, s_sub[["mean", "sd"]].values, rtol=1e-12
+    )
     assert s_thin.attrs["khat"] == s_sub.attrs["khat"]

@@ -64,7 +64,7 @@ def test_detects_reference_column_intercepts_and_logit_p():
     # z_ik = x_i^T B[:, k-1] + b[k-1]: B is row-major (p, K-1), then b
     for k in range(2):
         expect = np.zeros((n, 6))
-        expect[:, k : 4 : 2] = X
+        expect[:, k:4:2] = X
         expect[:, 4 + k] = 1.0
         np.testing.assert_allclose(A[:, k], expect)
     np.testing.assert_array_equal(det.y, y)
@@ -98,8 +98,9 @@ def _agreement(draws, ref, slack_sd):
         for j in range(a.shape[-1]):
             sa, sr = az.convert_to_dataset(a[..., j]), az.convert_to_dataset(r[..., j])
             mcse_m = np.hypot(float(az.mcse(sa)["x"]), float(az.mcse(sr)["x"]))
-            mcse_s = np.hypot(float(az.mcse(sa, method="sd")["x"]),
-                              float(az.mcse(sr, method="sd")["x"]))
+            mcse_s = np.hypot(
+                float(az.mcse(sa, method="sd")["x"]), float(az.mcse(sr, method="sd")["x"])
+            )
             sd = r[..., j].std()
             dm = abs(a[..., j].mean() - r[..., j].mean()) / (4 * mcse_m + slack_sd * sd)
             ds = abs(a[..., j].std() - sd) / (4 * mcse_s + slack_sd * sd)
@@ -156,11 +157,18 @@ def test_categorical_sampler_stats(sgs_and_nuts):
 def test_exact_z_draws_report_proposals_and_same_seed_same_draws():
     X, y = _data(n=60)
     model = _reference_model(X, y)
-    kw = dict(draws=40, tune=10, chains=2, random_seed=11, progressbar=False,
-              compute_convergence_checks=False)
+    kw = dict(
+        draws=40,
+        tune=10,
+        chains=2,
+        random_seed=11,
+        progressbar=False,
+        compute_convergence_checks=False,
+    )
     with model:
-        runs = [pm.sample(step=pymc_sgs.SplitGibbs(rho=0.3, alpha=0.0), cores=c, **kw)
-                for c in (1, 2)]
+        runs = [
+            pm.sample(step=pymc_sgs.SplitGibbs(rho=0.3, alpha=0.0), cores=c, **kw) for c in (1, 2)
+        ]
         # one step object reused: every pm.sample call starts its chains afresh (set_rng)
         step = pymc_sgs.SplitGibbs(rho=0.3, alpha=0.0)
         runs += [pm.sample(step=step, cores=1, **kw) for _ in range(2)]
@@ -176,13 +184,27 @@ def test_exact_mode_corrects_the_rho_bias():
     # at rho = 1 the split model's logits are attenuated by about sqrt(1 + pi / 8) (probit
     # approximation), a bias of several MCSE; exact=True removes it, plain SGS does not
     X, y = _data(n=150)
-    kw = dict(draws=800, tune=300, chains=2, cores=1, random_seed=13, progressbar=False,
-              compute_convergence_checks=False)
+    kw = dict(
+        draws=800,
+        tune=300,
+        chains=2,
+        cores=1,
+        random_seed=13,
+        progressbar=False,
+        compute_convergence_checks=False,
+    )
     with _reference_model(X, y):
         exact = pm.sample(step=pymc_sgs.SplitGibbs(rho=1.0, exact=True, exact_sweeps=2), **kw)
         plain = pm.sample(step=pymc_sgs.SplitGibbs(rho=1.0, log_weights=False), **kw)
-        nuts = pm.sample(draws=1000, tune=500, chains=2, cores=1, random_seed=13,
-                         progressbar=False, compute_convergence_checks=False)
+        nuts = pm.sample(
+            draws=1000,
+            tune=500,
+            chains=2,
+            cores=1,
+            random_seed=13,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     acc = exact.sample_stats["exact_accept"].values
     assert np.all(np.isfinite(acc)) and 0.1 < acc.mean() < 1.0
     assert np.all(np.isnan(plain.sample_stats["exact_accept"].values))
@@ -225,11 +247,12 @@ def _model_with(prior="normal", axis=-1, eta_fn=None, p_fn=None, n=20):
         (dict(prior="studentt"), "StudentT prior.*Normal, MvNormal or Flat"),
         (dict(prior="hierarchical"), "depends on the free variable.*tau"),
         (dict(axis=0), "softmax runs over axis 0.*last axis"),
-        (dict(p_fn=lambda e: pt.exp(e) / pt.exp(e).sum(axis=-1, keepdims=True)),
-         "not a softmax of a linear predictor"),
+        (
+            dict(p_fn=lambda e: pt.exp(e) / pt.exp(e).sum(axis=-1, keepdims=True)),
+            "not a softmax of a linear predictor",
+        ),
         (dict(eta_fn=lambda X, B: X @ (B**3)), "not affine in the coefficients"),
-        (dict(p_fn=lambda e: 0.5 * pm.math.softmax(e, axis=-1) + 0.5 / 3),
-         "not equal to softmax"),
+        (dict(p_fn=lambda e: 0.5 * pm.math.softmax(e, axis=-1) + 0.5 / 3), "not equal to softmax"),
     ],
 )
 def test_unsupported_graphs_raise_clear_errors(kwargs, match):
@@ -336,7 +359,7 @@ def test_vars_must_be_the_softmax_coefficients():
 
 def test_data_container_and_set_data_check():
     X, y = _data(n=30)
-    with pm.Model() as model:
+    with pm.Model():
         Xd = pm.Data("X", X)
         B = pm.Normal("B", 0.0, 1.0, shape=(2, 2))
         Bf = pt.concatenate([pt.zeros((2, 1)), B], axis=1)
@@ -360,14 +383,20 @@ def test_laplace_start_objective_and_init_option():
     f, g, H = k.neg_log_posterior(theta)
     eps = 1e-6
     E = np.eye(k.d) * eps
-    fd_g = [(k.neg_log_posterior(theta + e, False) - k.neg_log_posterior(theta - e, False))
-            / (2 * eps) for e in E]
-    fd_H = [(k.neg_log_posterior(theta + e)[1] - k.neg_log_posterior(theta - e)[1]) / (2 * eps)
-            for e in E]
+    fd_g = [
+        (k.neg_log_posterior(theta + e, False) - k.neg_log_posterior(theta - e, False)) / (2 * eps)
+        for e in E
+    ]
+    fd_H = [
+        (k.neg_log_posterior(theta + e)[1] - k.neg_log_posterior(theta - e)[1]) / (2 * eps)
+        for e in E
+    ]
     np.testing.assert_allclose(g, fd_g, atol=1e-6)
     np.testing.assert_allclose(H, fd_H, atol=1e-6)
     # starts are draws from N(theta*, H^-1): their spread is the Laplace sd
-    starts = np.array([k.laplace_start(np.zeros(k.d), np.random.default_rng(s)) for s in range(200)])
+    starts = np.array(
+        [k.laplace_start(np.zeros(k.d), np.random.default_rng(s)) for s in range(200)]
+    )
     _, g_mean, H_mean = k.neg_log_posterior(starts.mean(0))
     np.testing.assert_allclose(starts.std(0), np.sqrt(np.diag(np.linalg.inv(H_mean))), rtol=0.2)
     # their mean is the mode up to Monte Carlo error: |H^-1/2 grad| ~ sqrt(d / 200)

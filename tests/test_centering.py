@@ -23,8 +23,9 @@ def _logistic_problem(n=200, d=3, seed=0, prior_sd=2.0):
     X = rng.normal(size=(n, d)) / np.sqrt(d)
     y = (rng.random(n) < expit(X @ np.array([1.5, -1.0, 0.5]) + 0.3)).astype(float)
     term = SplitTerm("y", FAMILIES["bernoulli"], X, np.full(n, 0.3), y)
-    return SplitProblem((ParamSlice("b", (d,), 0, d),), np.full(d, 0.2), np.eye(d) / prior_sd**2,
-                        (term,))
+    return SplitProblem(
+        (ParamSlice("b", (d,), 0, d),), np.full(d, 0.2), np.eye(d) / prior_sd**2, (term,)
+    )
 
 
 @pytest.mark.parametrize("family", ["bernoulli", "poisson", "binomial"])
@@ -127,8 +128,15 @@ def test_center_option_of_splitgibbs_and_its_errors():
         assert np.max(np.abs(t.family.grad(t.A @ theta_star, t.y))) < 1e-8
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            idata = pm.sample(draws=200, tune=100, chains=1, step=step, random_seed=1,
-                              progressbar=False, compute_convergence_checks=False)
+            idata = pm.sample(
+                draws=200,
+                tune=100,
+                chains=1,
+                step=step,
+                random_seed=1,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
         assert np.all(np.isfinite(idata.posterior["beta"].values))
     with pm.Model():
         beta = pm.Flat("beta", shape=2)

@@ -180,7 +180,9 @@ def test_sample_z_exact_ks(case):
 WARM_CASES = [Z_CASES[1], Z_CASES[2], Z_CASES[5], Z_CASES[6]]
 WARM_PARAMS = [
     pytest.param(
-        c, w, id=f"{Z_IDS[Z_CASES.index(c)]}-{w}",
+        c,
+        w,
+        id=f"{Z_IDS[Z_CASES.index(c)]}-{w}",
         marks=[],
     )
     for c in WARM_CASES
@@ -219,7 +221,9 @@ BAD_ANCHORS = [(Z_CASES[i], "rho", k) for i in (0, 4, 7) for k in (0.5, -1.5)] +
 
 
 @pytest.mark.parametrize(
-    "case,unit,k", BAD_ANCHORS, ids=[f"{Z_IDS[Z_CASES.index(c)]}-{u}*{k}" for c, u, k in BAD_ANCHORS]
+    "case,unit,k",
+    BAD_ANCHORS,
+    ids=[f"{Z_IDS[Z_CASES.index(c)]}-{u}*{k}" for c, u, k in BAD_ANCHORS],
 )
 def test_sample_z_exact_is_exact_at_any_anchor(monkeypatch, case, unit, k):
     """The tangent-corrected envelope is exact whatever anchor find_z_mode returns.
@@ -356,11 +360,7 @@ EXTREME_MODE_CASES = [
 
 @pytest.mark.parametrize(
     "case",
-    [
-        pytest.param(c, id=f"{c[0]}-y{c[1]}-c{c[3]}",
-                     marks=[])
-        for c in EXTREME_MODE_CASES
-    ],
+    [pytest.param(c, id=f"{c[0]}-y{c[1]}-c{c[3]}", marks=[]) for c in EXTREME_MODE_CASES],
 )
 def test_find_z_mode_extreme_centres(case):
     name, y, t, c = case
@@ -395,8 +395,16 @@ def test_find_z_mode_former_failures(case):
     resid = abs(ref_grad_U(name, z[0], y, t) + (z[0] - c) / rho**2) * rho
     assert resid < 1e-6, (z[0], z_target(name, y, t, c, rho).mode, resid)
     # and the exact sampler then works, at its expected cost
-    draw = sample_z_exact(FAMILIES[name], one(y), one(t), one(c), rho,
-                          np.random.default_rng(1300), one(z_init), max_rounds=10_000)
+    draw = sample_z_exact(
+        FAMILIES[name],
+        one(y),
+        one(t),
+        one(c),
+        rho,
+        np.random.default_rng(1300),
+        one(z_init),
+        max_rounds=10_000,
+    )
     assert np.isfinite(draw.z[0])
 
 
@@ -407,8 +415,9 @@ def test_find_z_mode_former_failures(case):
 
 def make_theta_case(kind):
     """Random inputs of one theta | z case and its reference (Q, b), computed independently."""
-    rng = np.random.default_rng({"spd_vecrho": 11, "flat_scalar": 12, "flat_vector": 13,
-                                 "nosplit": 14}[kind])
+    rng = np.random.default_rng(
+        {"spd_vecrho": 11, "flat_scalar": 12, "flat_vector": 13, "nosplit": 14}[kind]
+    )
     d = 4
     n = 0 if kind == "nosplit" else 40
     A = rng.standard_normal((n, d))
@@ -535,7 +544,11 @@ def test_theta_conditional_singular_precision_error(A):
         GaussianThetaConditional(np.zeros((d, d)), np.zeros(d), A, np.zeros(n), 0.5)
     # also through set_sigmas, with the rank-deficient design in an unsplit Gaussian term
     cond = GaussianThetaConditional(
-        np.zeros((d, d)), np.zeros(d), np.zeros((0, d)), np.zeros(0), 1.0,
+        np.zeros((d, d)),
+        np.zeros(d),
+        np.zeros((0, d)),
+        np.zeros(0),
+        1.0,
         [(A, np.zeros(n), np.ones(n))],
     )
     with pytest.raises(ValueError, match="not positive definite"):
@@ -585,8 +598,9 @@ def test_z_ks_detects_missing_tangent_correction():
     # anchor off the mode by 0.5 rho without the tangent term => wrong law; the KS test sees it
     case = Z_CASES[0]
     tgt = z_target(*case)
-    z = naive_untangented_sampler(case, tgt.mode + 0.5 * case[4], np.random.default_rng(1000),
-                                  N_DRAWS)
+    z = naive_untangented_sampler(
+        case, tgt.mode + 0.5 * case[4], np.random.default_rng(1000), N_DRAWS
+    )
     assert ks_pvalue(z, tgt) < ALPHA
     # ... while at the exact mode the same naive sampler is exact
     z0 = naive_untangented_sampler(case, tgt.mode, np.random.default_rng(1001), N_DRAWS)
@@ -681,7 +695,9 @@ def test_family_log_likelihood_matches_scipy(setting):
 def test_logit_families_finite_at_extremes(name):
     fam = FAMILIES[name]
     z = np.array([-1e4, -750.0, -700.0, -40.0, 40.0, 700.0, 750.0, 1e4])
-    for y, t in ((0.0, 5.0), (1.0, 5.0), (5.0, 5.0)) if name == "binomial" else ((0.0, None), (1.0, None)):
+    for y, t in (
+        ((0.0, 5.0), (1.0, 5.0), (5.0, 5.0)) if name == "binomial" else ((0.0, None), (1.0, None))
+    ):
         for f in (fam.potential, fam.grad, fam.hess, fam.log_likelihood):
             assert np.all(np.isfinite(f(z, y, t))), f
         for z0 in (z, z[::-1], z + 0.5, np.zeros_like(z)):
@@ -695,8 +711,14 @@ def test_logit_families_finite_at_extremes(name):
     # hess symmetric in z for the logit link (was p (1 - p) -> 0 for z > 37 only)
     np.testing.assert_allclose(fam.hess(z, 0.0, 1.0), fam.hess(-z, 0.0, 1.0), rtol=1e-12)
     # the sampler works at extreme centres
-    draw = sample_z_exact(fam, np.full(50, 1.0), None if name == "bernoulli" else np.full(50, 2.0),
-                          np.full(50, -700.0), 1.0, np.random.default_rng(1200))
+    draw = sample_z_exact(
+        fam,
+        np.full(50, 1.0),
+        None if name == "bernoulli" else np.full(50, 2.0),
+        np.full(50, -700.0),
+        1.0,
+        np.random.default_rng(1200),
+    )
     assert np.all(np.isfinite(draw.z))
 
 
@@ -752,18 +774,26 @@ def test_family_validate_rejects(name, y, trials, needle):
     ],
 )
 def test_family_validate_accepts(name, y, trials):
-    FAMILIES[name].validate(np.asarray(y, float), None if trials is None else np.asarray(trials), "y")
+    FAMILIES[name].validate(
+        np.asarray(y, float), None if trials is None else np.asarray(trials), "y"
+    )
 
 
 def test_residual_projection_from_kept_quantities():
     # A^T (z - A theta - o) from A^T (z - o) / rho^2 and the kept A^T A, without the data
     rng = np.random.default_rng(12)
     n, d = 40, 3
-    A, o, z, theta = rng.normal(size=(n, d)), rng.normal(size=n), rng.normal(size=n), rng.normal(size=d)
+    A, o, z, theta = (
+        rng.normal(size=(n, d)),
+        rng.normal(size=n),
+        rng.normal(size=n),
+        rng.normal(size=d),
+    )
     tc = conditionals.GaussianThetaConditional(np.eye(d), np.zeros(d), A, o, 0.3)
     atz = tc.split_rhs(z)
-    np.testing.assert_allclose(tc.residual_projection(theta, atz), A.T @ (z - A @ theta - o),
-                               rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        tc.residual_projection(theta, atz), A.T @ (z - A @ theta - o), rtol=1e-10, atol=1e-10
+    )
     # per-row rho: no kept A^T A, so no shortcut
     per_row = conditionals.GaussianThetaConditional(np.eye(d), np.zeros(d), A, o, np.full(n, 0.3))
     assert per_row.residual_projection(theta, per_row.split_rhs(z)) is None

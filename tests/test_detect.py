@@ -11,7 +11,6 @@ import warnings
 import numpy as np
 import pandas as pd
 import pymc as pm
-import pytensor.tensor as pt
 import pytest
 
 from pymc_sgs import SplitGibbs, detect_split_problem
@@ -30,8 +29,17 @@ def data():
     succ = np.floor(trials * rng.random(N))
     expo = rng.uniform(0.5, 3.0, size=N)
     y_cont = rng.normal(size=N)
-    return dict(X=X, x1=x1, x2=x2, y=y_bin, counts=counts, trials=trials, succ=succ,
-                expo=expo, y_cont=y_cont)
+    return dict(
+        X=X,
+        x1=x1,
+        x2=x2,
+        y=y_bin,
+        counts=counts,
+        trials=trials,
+        succ=succ,
+        expo=expo,
+        y_cont=y_cont,
+    )
 
 
 def only_split(problem):
@@ -152,8 +160,12 @@ def test_p_invlogit_instead_of_logit_p(data):
 def test_binomial_trials_array(data):
     with pm.Model() as m:
         b = pm.Normal("b", 0.0, 1.0, shape=D)
-        pm.Binomial("k", n=data["trials"].astype(int), logit_p=data["X"] @ b,
-                    observed=data["succ"].astype(int))
+        pm.Binomial(
+            "k",
+            n=data["trials"].astype(int),
+            logit_p=data["X"] @ b,
+            observed=data["succ"].astype(int),
+        )
     t = only_split(detect_split_problem(m).problem)
     assert t.family.name == "binomial"
     np.testing.assert_allclose(t.A, data["X"], atol=1e-12)
@@ -247,8 +259,14 @@ def test_normal_free_sigma_left_to_nuts(data):
         assert det.value_var_names == ["b"]
         # pm.sample gives sigma to NUTS, in a compound step with SplitGibbs
         idata = pm.sample(
-            draws=30, tune=30, chains=1, cores=1, step=step, progressbar=False,
-            random_seed=0, compute_convergence_checks=False,
+            draws=30,
+            tune=30,
+            chains=1,
+            cores=1,
+            step=step,
+            progressbar=False,
+            random_seed=0,
+            compute_convergence_checks=False,
         )
     stats = idata.sample_stats
     assert "rho" in stats and "step_size" in stats  # SplitGibbs and NUTS stats
@@ -398,8 +416,14 @@ def test_bambi_logistic_runs_in_pm_sample(bambi_df):
     bm = bambi_pymc_model(bambi_df, "y ~ x1 + x2", "bernoulli")
     with bm.backend.model:
         idata = pm.sample(
-            draws=200, tune=100, chains=2, cores=1, step=SplitGibbs(rho=0.05),
-            progressbar=False, random_seed=3, compute_convergence_checks=False,
+            draws=200,
+            tune=100,
+            chains=2,
+            cores=1,
+            step=SplitGibbs(rho=0.05),
+            progressbar=False,
+            random_seed=3,
+            compute_convergence_checks=False,
         )
     assert idata.posterior["x1"].shape == (2, 200)
     for nm in ["Intercept", "x1", "x2"]:
@@ -420,11 +444,22 @@ def test_bambi_logistic_matches_nuts(bambi_df):
     bm = bambi_pymc_model(bambi_df, "y ~ x1 + x2", "bernoulli")
     with bm.backend.model:
         idata = pm.sample(
-            draws=3000, tune=1000, chains=2, cores=1, step=SplitGibbs(),
-            progressbar=False, random_seed=1, compute_convergence_checks=False,
+            draws=3000,
+            tune=1000,
+            chains=2,
+            cores=1,
+            step=SplitGibbs(),
+            progressbar=False,
+            random_seed=1,
+            compute_convergence_checks=False,
         )
         ref = pm.sample(
-            draws=1000, tune=500, chains=2, cores=1, progressbar=False, random_seed=2,
+            draws=1000,
+            tune=500,
+            chains=2,
+            cores=1,
+            progressbar=False,
+            random_seed=2,
             compute_convergence_checks=False,
         )
     mcse_sgs, mcse_ref = az.mcse(idata), az.mcse(ref)
@@ -505,8 +540,15 @@ def test_shared_design_gives_the_same_draws_as_a_copied_one():
             b = pm.Normal("b", 0.0, 2.0, shape=3)
             pm.Bernoulli("y", logit_p=pm.math.dot(Xm, b), observed=y)
             step = SplitGibbs()
-            idata = pm.sample(step=step, tune=50, draws=50, chains=1, random_seed=9,
-                              progressbar=False, compute_convergence_checks=False)
+            idata = pm.sample(
+                step=step,
+                tune=50,
+                draws=50,
+                chains=1,
+                random_seed=9,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
         draws.append(idata.posterior["b"].values)
     assert not np.shares_memory(step.kernel.A, X)  # the second (Fortran) run copied
     np.testing.assert_array_equal(draws[0], draws[1])

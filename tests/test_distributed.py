@@ -49,8 +49,15 @@ def _model(X, y):
 def _sample(model, step, draws=150, tune=150, chains=1, seed=1, **kw):
     with model:
         return pm.sample(
-            draws=draws, tune=tune, chains=chains, cores=1, step=step, random_seed=seed,
-            progressbar=False, compute_convergence_checks=False, **kw,
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=1,
+            step=step,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+            **kw,
         )
 
 
@@ -64,7 +71,10 @@ def _same_draws(a, b):
 @pytest.fixture(scope="module")
 def client():
     cluster = distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+        n_workers=2,
+        processes=True,
+        threads_per_worker=1,
+        dashboard_address=None,
     )
     cl = distributed.Client(cluster)
     yield cl
@@ -87,8 +97,14 @@ def test_dask_draws_equal_in_process_shards(client, settings, chains):
     model = _model(*_data())
     settings = dict(settings)
     length = dict(draws=settings.pop("draws", 50), tune=settings.pop("tune", 70), chains=chains)
-    local = _sample(model, pymc_sgs.SplitGibbs(model=model, backend=LocalBackend(n_shards=3), **settings), **length)
-    step = pymc_sgs.SplitGibbs(model=model, backend=pymc_sgs.DaskBackend(client, n_shards=3), **settings)
+    local = _sample(
+        model,
+        pymc_sgs.SplitGibbs(model=model, backend=LocalBackend(n_shards=3), **settings),
+        **length,
+    )
+    step = pymc_sgs.SplitGibbs(
+        model=model, backend=pymc_sgs.DaskBackend(client, n_shards=3), **settings
+    )
     dask = _sample(model, step, **length)
     _same_draws(local, dask)
     if settings.get("exact"):
@@ -115,7 +131,9 @@ def test_gaussian_term_and_free_sigma_stay_on_the_client(client):
         step = pymc_sgs.SplitGibbs([b, a], model=model, rho=0.3, backend=backend)
         runs.append(_sample(model, [step], draws=30, tune=30))
     _same_draws(*runs)
-    np.testing.assert_array_equal(runs[0].posterior["sigma"].values, runs[1].posterior["sigma"].values)
+    np.testing.assert_array_equal(
+        runs[0].posterior["sigma"].values, runs[1].posterior["sigma"].values
+    )
 
 
 def test_dask_same_seed_same_draws(client):
@@ -139,12 +157,19 @@ def test_full_data_as_dask_array_on_a_model_of_the_head(client):
     """The model is defined on a head of the data; the backend gets all rows, chunked."""
     X, y = _data()
     full_model = _model(X, y)
-    local = _sample(full_model, pymc_sgs.SplitGibbs(model=full_model, backend=LocalBackend(n_shards=3)), draws=30, tune=30)
+    local = _sample(
+        full_model,
+        pymc_sgs.SplitGibbs(model=full_model, backend=LocalBackend(n_shards=3)),
+        draws=30,
+        tune=30,
+    )
     head_model = _model(X[:20], y[:20])
     chunks = _shard_bounds(N, 3)
     A = np.column_stack([X, np.ones(N)])  # coefficient layout: b (3), then a
     backend = pymc_sgs.DaskBackend(
-        client, X=da.from_array(A, chunks=(chunks, 2)), y=da.from_array(y.astype(float), chunks=chunks)
+        client,
+        X=da.from_array(A, chunks=(chunks, 2)),
+        y=da.from_array(y.astype(float), chunks=chunks),
     )
     step = pymc_sgs.SplitGibbs(model=head_model, backend=backend)
     assert step.kernel.n == N
@@ -155,7 +180,12 @@ def test_full_data_as_dask_array_on_a_model_of_the_head(client):
 def test_full_data_as_a_list_of_shards(client):
     X, y = _data()
     full_model = _model(X, y)
-    local = _sample(full_model, pymc_sgs.SplitGibbs(model=full_model, rho=0.3, backend=LocalBackend(n_shards=3)), draws=30, tune=10)
+    local = _sample(
+        full_model,
+        pymc_sgs.SplitGibbs(model=full_model, rho=0.3, backend=LocalBackend(n_shards=3)),
+        draws=30,
+        tune=10,
+    )
     A = np.column_stack([X, np.ones(N)])
     cuts = np.cumsum(_shard_bounds(N, 3))[:-1]
     backend = pymc_sgs.DaskBackend(client, X=np.split(A, cuts), y=np.split(y, cuts))
@@ -182,7 +212,9 @@ def test_full_data_from_parquet_files(client, tmp_path):
     step = pymc_sgs.SplitGibbs(model=head_model, rho=0.3, backend=backend)
     full_model = _model(X, y)
     local = pymc_sgs.SplitGibbs(model=full_model, rho=0.3, backend=LocalBackend(n_shards=2))
-    _same_draws(_sample(full_model, local, draws=40, tune=20), _sample(head_model, step, draws=40, tune=20))
+    _same_draws(
+        _sample(full_model, local, draws=40, tune=20), _sample(head_model, step, draws=40, tune=20)
+    )
 
 
 # ---------------------------------------------------------- same distribution
@@ -206,8 +238,10 @@ class _DropLastShard(InProcessShards):
             name = args_per_shard[0][0][-1][0]
         if name in ("start", "split_rhs", "sample_z", "z_pass"):
             last = out[-1]
-            out[-1] = np.zeros_like(last) if name in ("start", "split_rhs") else (
-                (np.zeros_like(last[0]),) + tuple(last[1:])
+            out[-1] = (
+                np.zeros_like(last)
+                if name in ("start", "split_rhs")
+                else ((np.zeros_like(last[0]),) + tuple(last[1:]))
             )
         return out
 
@@ -257,15 +291,24 @@ def test_dask_backend_input_errors(client):
     with pytest.raises(ValueError, match="rho must be 'auto' or a scalar"):
         pymc_sgs.SplitGibbs(model=model, rho=np.full(20, 0.3), backend=pymc_sgs.DaskBackend(client))
     with pytest.raises(ValueError, match="X must have d=4 columns.*received a chunk of shape"):
-        pymc_sgs.SplitGibbs(model=model, backend=pymc_sgs.DaskBackend(client, X=da.from_array(X), y=da.from_array(y)))
+        pymc_sgs.SplitGibbs(
+            model=model,
+            backend=pymc_sgs.DaskBackend(client, X=da.from_array(X), y=da.from_array(y)),
+        )
     bad_y = y.astype(float).copy()
     bad_y[7] = 2.0
     with pytest.raises(ValueError, match="y"):
-        pymc_sgs.SplitGibbs(model=model, backend=pymc_sgs.DaskBackend(client, X=da.from_array(A), y=da.from_array(bad_y)))
+        pymc_sgs.SplitGibbs(
+            model=model,
+            backend=pymc_sgs.DaskBackend(client, X=da.from_array(A), y=da.from_array(bad_y)),
+        )
     bad_A = A.copy()
     bad_A[3, 1] = np.nan
     with pytest.raises(ValueError, match="X must be finite"):
-        pymc_sgs.SplitGibbs(model=model, backend=pymc_sgs.DaskBackend(client, X=da.from_array(bad_A), y=da.from_array(y)))
+        pymc_sgs.SplitGibbs(
+            model=model,
+            backend=pymc_sgs.DaskBackend(client, X=da.from_array(bad_A), y=da.from_array(y)),
+        )
     with pytest.raises(ValueError, match="y must have one value per row of X"):
         pymc_sgs.DaskBackend(client, X=da.from_array(A), y=da.from_array(y[:-1]))
     dd = pytest.importorskip("dask.dataframe")
@@ -327,10 +370,10 @@ def test_sharded_laplace_start_and_shift_move_match_one_process():
     np.testing.assert_array_equal(np.concatenate([w.z for w in sharded.transport.workers]), z)
     atz = np.sum(sharded._broadcast("split_rhs", 0.3), axis=0)
     assert calls == ["batch"]
-    np.testing.assert_allclose(np.concatenate([w.z for w in sharded.transport.workers]),
-                               z + one.A @ delta, rtol=1e-12)
-    np.testing.assert_allclose(atz, one.A.T @ (z + one.A @ delta - one.offset) / 0.09,
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        np.concatenate([w.z for w in sharded.transport.workers]), z + one.A @ delta, rtol=1e-12
+    )
+    np.testing.assert_allclose(atz, one.A.T @ (z + one.A @ delta - one.offset) / 0.09, rtol=1e-10)
     sharded._broadcast("split_rhs", 0.3)
     assert calls == ["batch", "split_rhs"]
 
@@ -345,9 +388,14 @@ def test_shift_move_runs_on_shards():
         pm.Bernoulli("y", logit_p=X @ b, observed=y)
     ess = {}
     for shift in (True, False):
-        idata = _sample(model, pymc_sgs.SplitGibbs(model=model, rho=0.1, shift=shift,
-                                                   backend=LocalBackend(n_shards=2)),
-                        draws=300, tune=300)
+        idata = _sample(
+            model,
+            pymc_sgs.SplitGibbs(
+                model=model, rho=0.1, shift=shift, backend=LocalBackend(n_shards=2)
+            ),
+            draws=300,
+            tune=300,
+        )
         ess[shift] = float(az.ess(idata.posterior)["b"].min())
         acc = idata.sample_stats["shift_accept"].values
         if shift:
@@ -401,8 +449,11 @@ def test_lost_worker_is_rebuilt_and_the_chain_continues(client, kill, data):
             backend = pymc_sgs.DaskBackend(client, X=[A[:cut], A[cut:]], y=[y[:cut], y[cut:]])
         else:
             chunks = (cut, N - cut)
-            backend = pymc_sgs.DaskBackend(client, X=da.from_array(A, chunks=(chunks, 2)),
-                                           y=da.from_array(y.astype(float), chunks=chunks))
+            backend = pymc_sgs.DaskBackend(
+                client,
+                X=da.from_array(A, chunks=(chunks, 2)),
+                y=da.from_array(y.astype(float), chunks=chunks),
+            )
     head = model if data == "model" else _model(X[:20], y[:20])
     step = pymc_sgs.SplitGibbs(model=head, rho=0.3, backend=backend)
     victim = step.kernel.transport.workers[0]
@@ -411,8 +462,9 @@ def test_lost_worker_is_rebuilt_and_the_chain_continues(client, kill, data):
         if draw.draw_idx == 20:
             kill(victim)
 
-    with pytest.warns(ShardLostWarning,
-                      match=r"shard 0 \(on worker .*rebuilt on worker .*z redrawn"):
+    with pytest.warns(
+        ShardLostWarning, match=r"shard 0 \(on worker .*rebuilt on worker .*z redrawn"
+    ):
         idata = _sample(head, step, draws=60, tune=0, callback=kill_at_draw_20)
     b = idata.posterior["b"].values[0]
     ref = _reference(model, 60).posterior["b"].values[0]
@@ -479,7 +531,8 @@ def test_lost_shard_whose_data_are_gone_stops_and_keeps_the_draws(client, kill, 
     frame.iloc[:cut].to_parquet(tmp_path / "data" / "part0.parquet")
     frame.iloc[cut:].to_parquet(tmp_path / "data" / "part1.parquet")
     arr = dd.read_parquet(str(tmp_path / "data" / "*.parquet"))[
-        ["x0", "x1", "x2", "one", "y"]].to_dask_array(lengths=True)
+        ["x0", "x1", "x2", "one", "y"]
+    ].to_dask_array(lengths=True)
     backend = pymc_sgs.DaskBackend(client, X=arr[:, :4], y=arr[:, 4])
     head = _model(X[:10], y[:10])
     step = pymc_sgs.SplitGibbs(model=head, rho=0.3, backend=backend)
@@ -490,20 +543,25 @@ def test_lost_shard_whose_data_are_gone_stops_and_keeps_the_draws(client, kill, 
         if draw.draw_idx == 20:
             kill(victim)
 
-    with pytest.warns(ShardLostWarning, match=r"shard 0 \(on worker .*cannot be rebuilt.*"
-                      r"21 draws of this chain"):
+    with pytest.warns(
+        ShardLostWarning,
+        match=r"shard 0 \(on worker .*cannot be rebuilt.*"
+        r"21 draws of this chain",
+    ):
         idata = _sample(head, step, draws=200, tune=0, callback=kill_at_draw_20)
     _same_draws(_reference(_model(X, y), 21), idata)
 
 
 def test_no_worker_left_stops_and_keeps_the_draws():
     """Every worker is gone (a cluster of its own, scaled down to none)."""
-    cluster = distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=1,
-                                       dashboard_address=None)
+    cluster = distributed.LocalCluster(
+        n_workers=1, processes=False, threads_per_worker=1, dashboard_address=None
+    )
     with cluster, distributed.Client(cluster) as own:
         model = _model(*_data())
-        step = pymc_sgs.SplitGibbs(model=model, rho=0.3,
-                                   backend=pymc_sgs.DaskBackend(own, n_shards=2))
+        step = pymc_sgs.SplitGibbs(
+            model=model, rho=0.3, backend=pymc_sgs.DaskBackend(own, n_shards=2)
+        )
 
         def remove_all_workers_at_draw_20(trace, draw):
             if draw.draw_idx == 20:
@@ -511,7 +569,10 @@ def test_no_worker_left_stops_and_keeps_the_draws():
                 while own.scheduler_info()["workers"]:
                     time.sleep(0.02)
 
-        with pytest.warns(ShardLostWarning, match=r"shard 0 .*shard 1 .*they cannot be rebuilt: "
-                          r"no live worker is left.*21 draws of this chain"):
+        with pytest.warns(
+            ShardLostWarning,
+            match=r"shard 0 .*shard 1 .*they cannot be rebuilt: "
+            r"no live worker is left.*21 draws of this chain",
+        ):
             idata = _sample(model, step, draws=100, tune=0, callback=remove_all_workers_at_draw_20)
     _same_draws(_reference(model, 21), idata)

@@ -26,16 +26,36 @@ def _make_figures():
 
 def test_docs_build_with_warnings_as_errors(tmp_path):
     for module in ("sphinx", "pydata_sphinx_theme", "numpydoc", "myst_parser"):
-        pytest.importorskip(module, reason="docs dependencies not installed (pip install -e '.[docs]')")
+        pytest.importorskip(
+            module, reason="docs dependencies not installed (pip install -e '.[docs]')"
+        )
     cmd = [
-        sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-        "-d", str(tmp_path / "doctrees"), str(DOCS), str(tmp_path / "html"),
+        sys.executable,
+        "-m",
+        "sphinx",
+        "-W",
+        "--keep-going",
+        "-q",
+        "-b",
+        "html",
+        "-d",
+        str(tmp_path / "doctrees"),
+        str(DOCS),
+        str(tmp_path / "html"),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"sphinx -W failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     html = tmp_path / "html"
-    for page in ("index", "quickstart", "how_it_works", "rho_and_bias", "supported_models",
-                 "performance", "api/index", "api/step"):
+    for page in (
+        "index",
+        "quickstart",
+        "how_it_works",
+        "rho_and_bias",
+        "supported_models",
+        "performance",
+        "api/index",
+        "api/step",
+    ):
         assert (html / f"{page}.html").is_file(), page
     assert (html / "_images" / "mixing.png").is_file()
     # the benchmark table is included from benchmarks/results/mixing.md

@@ -95,7 +95,10 @@ def test_non_affine_in_one_of_two_scalar_coefficients(data):
         a = pm.Normal("a", 0.0, 1.0)
         s = pm.Normal("s", 0.0, 1.0)
         pm.Bernoulli("y", logit_p=a + pm.math.exp(s) * X[:, 0], observed=y)
-        with pytest.raises(UnsupportedModelError, match=r"not affine in the coefficients \['a', 's'\] through \['s'\]"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"not affine in the coefficients \['a', 's'\] through \['s'\]",
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -104,7 +107,9 @@ def test_poisson_mu_not_exp_of_predictor(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Poisson("c", mu=(X @ b) ** 2 + 1.0, observed=counts)
-        with pytest.raises(UnsupportedModelError, match=r"'c'.*parameter mu is not a log-link.*exp"):
+        with pytest.raises(
+            UnsupportedModelError, match=r"'c'.*parameter mu is not a log-link.*exp"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -113,7 +118,9 @@ def test_poisson_mu_nonlinear_in_exp(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Poisson("c", mu=pm.math.exp(X @ b) ** 2 + 1.0, observed=counts)
-        with pytest.raises(UnsupportedModelError, match=r"'c'.*not exp\(eta\) times a positive constant"):
+        with pytest.raises(
+            UnsupportedModelError, match=r"'c'.*not exp\(eta\) times a positive constant"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -156,7 +163,8 @@ def test_hierarchical_prior_with_random_mean(data):
         b = pm.Normal("beta", mu, 1.0, shape=D)
         pm.Bernoulli("y", logit_p=X @ b, observed=y)
         with pytest.raises(
-            UnsupportedModelError, match=r"prior of coefficient 'beta'.*\['mu'\].*more than its scale"
+            UnsupportedModelError,
+            match=r"prior of coefficient 'beta'.*\['mu'\].*more than its scale",
         ):
             SplitGibbs(rho=0.2)
 
@@ -173,7 +181,10 @@ def test_non_gaussian_prior(data, prior, name):
     with pm.Model():
         b = prior()
         pm.Bernoulli("y", logit_p=X @ b, observed=y)
-        with pytest.raises(UnsupportedModelError, match=rf"coefficient 'beta'.*{name}.*Normal, MvNormal, Laplace or Flat"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match=rf"coefficient 'beta'.*{name}.*Normal, MvNormal, Laplace or Flat",
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -235,7 +246,9 @@ def test_coefficient_used_as_a_prior_parameter(data):
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Bernoulli("y", logit_p=X @ b, observed=y)
         pm.Normal("other", mu=b[0], sigma=1.0)
-        with pytest.raises(UnsupportedModelError, match=r"'other' depends on the coefficient.*'beta'"):
+        with pytest.raises(
+            UnsupportedModelError, match=r"'other' depends on the coefficient.*'beta'"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -287,7 +300,9 @@ def test_non_finite_offset(data):
         with np.errstate(divide="ignore"):
             log_expo = np.log(expo)
         pm.Poisson("c", mu=pm.math.exp(log_expo + X @ b), observed=counts)
-        with pytest.raises(ValueError, match=r"'c'.*non-finite.*row 2\..*shape \(25,\).*\(2,\).*log\(0\)"):
+        with pytest.raises(
+            ValueError, match=r"'c'.*non-finite.*row 2\..*shape \(25,\).*\(2,\).*log\(0\)"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -310,7 +325,9 @@ def test_nan_in_y_imputed_by_pymc(data):
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         with pytest.warns(UserWarning), np.errstate(invalid="ignore"):  # PyMC imputes y
             pm.Bernoulli("y", logit_p=X @ b, observed=yb)
-        with pytest.raises(ValueError, match=r"observed data of 'y' contains NaN.*'y_unobserved'.*Drop"):
+        with pytest.raises(
+            ValueError, match=r"observed data of 'y' contains NaN.*'y_unobserved'.*Drop"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -330,7 +347,9 @@ def test_bernoulli_y_outside_support(data):
     X, y, _ = data
     yb = y.copy()
     yb[3] = 2.0
-    with pytest.raises(ValueError, match=r"observed data of 'y' must be 0 or 1.*received 2 at flat index 3"):
+    with pytest.raises(
+        ValueError, match=r"observed data of 'y' must be 0 or 1.*received 2 at flat index 3"
+    ):
         logistic(X, yb)
 
 
@@ -359,7 +378,9 @@ def test_poisson_negative_count_numpy(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Poisson("c", mu=pm.math.exp(X @ b), observed=c)
-        with pytest.raises(ValueError, match=r"observed data of 'c' must be non-negative counts.*-3"):
+        with pytest.raises(
+            ValueError, match=r"observed data of 'c' must be non-negative counts.*-3"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -371,7 +392,10 @@ def test_binomial_successes_above_trials(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Binomial("k", n=n, logit_p=X @ b, observed=k)
-        with pytest.raises(ValueError, match=r"observed data of 'k' must lie in \[0, n\].*y=5 with n=3 at flat index 8"):
+        with pytest.raises(
+            ValueError,
+            match=r"observed data of 'k' must lie in \[0, n\].*y=5 with n=3 at flat index 8",
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -408,7 +432,10 @@ def test_rho_defaults_to_auto(data):
 
 def test_rho_array_wrong_length(data):
     X, y, _ = data
-    with pytest.raises(ValueError, match=rf"rho given per observation must have one value per split row \({N}\); received an array of length {N - 1}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"rho given per observation must have one value per split row \({N}\); received an array of length {N - 1}",
+    ):
         logistic(X, y, rho=np.full(N - 1, 0.2))
 
 
@@ -425,7 +452,9 @@ def test_vars_missing_a_coefficient(data):
         a = pm.Normal("a", 0.0, 1.0)
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Bernoulli("y", logit_p=a + X @ b, observed=y)
-        with pytest.raises(UnsupportedModelError, match=r"depend on \['a'\].*not among the variables"):
+        with pytest.raises(
+            UnsupportedModelError, match=r"depend on \['a'\].*not among the variables"
+        ):
             SplitGibbs([b], rho=0.2)
 
 
@@ -440,7 +469,9 @@ def test_data_changed_after_construction():
         step = SplitGibbs(rho=0.3)
         pm.sample(step=step, **kw)  # unchanged data: fine
         pm.set_data({"X": 2 * X})
-        with pytest.raises(ValueError, match=r"data container 'X' changed .*Construct a new SplitGibbs"):
+        with pytest.raises(
+            ValueError, match=r"data container 'X' changed .*Construct a new SplitGibbs"
+        ):
             pm.sample(step=step, **kw)
         pm.sample(step=SplitGibbs(rho=0.3), **kw)  # rebuilt: fine
 
@@ -457,8 +488,11 @@ def test_design_modified_in_place_after_construction():
         step = SplitGibbs(rho=0.3)
         assert np.shares_memory(step.kernel.A, X)
         X[0, 0] += 1.0
-        with pytest.raises(ValueError, match=r"array of observed variable 'y' .*was "
-                                             r"modified in place.*Construct a new SplitGibbs"):
+        with pytest.raises(
+            ValueError,
+            match=r"array of observed variable 'y' .*was "
+            r"modified in place.*Construct a new SplitGibbs",
+        ):
             pm.sample(step=step, **kw)
         pm.sample(step=SplitGibbs(rho=0.3), **kw)  # rebuilt: fine
     # a Normal likelihood's design (a Gaussian term of theta | z, not a split one) too
@@ -467,8 +501,11 @@ def test_design_modified_in_place_after_construction():
         pm.Normal("y", mu=pm.math.dot(X, b), sigma=1.0, observed=y.astype(float))
         step = SplitGibbs(rho=0.3)
         X[0, 1] += 1.0
-        with pytest.raises(ValueError, match=r"array of observed variable 'y' .*was "
-                                             r"modified in place"):
+        with pytest.raises(
+            ValueError,
+            match=r"array of observed variable 'y' .*was "
+            r"modified in place",
+        ):
             pm.sample(step=step, **kw)
 
 
@@ -477,8 +514,15 @@ def test_empty_data_gives_the_prior():
     with pm.Model():
         b = pm.Normal("b", 0, 1, shape=2)
         pm.Bernoulli("y", logit_p=np.zeros((0, 2)) @ b, observed=np.zeros(0))
-        idata = pm.sample(step=SplitGibbs(rho=0.3), draws=2000, tune=20, chains=1,
-                          random_seed=1, progressbar=False, compute_convergence_checks=False)
+        idata = pm.sample(
+            step=SplitGibbs(rho=0.3),
+            draws=2000,
+            tune=20,
+            chains=1,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     draws = idata.posterior["b"].values.reshape(-1, 2)
     # iid N(0, 1) draws: mean within 4.5 / sqrt(2000), sd within 4.5 * sqrt(1 / (2 * 2000))
     assert np.all(np.abs(draws.mean(0)) < 4.5 / np.sqrt(2000))
@@ -489,7 +533,10 @@ def test_empty_data_gives_the_prior():
 @pytest.mark.parametrize(
     "kwargs, msg",
     [
-        (dict(theta_solver="lu"), r"theta_solver must be 'auto', 'cholesky' or 'cg'; received 'lu'"),
+        (
+            dict(theta_solver="lu"),
+            r"theta_solver must be 'auto', 'cholesky' or 'cg'; received 'lu'",
+        ),
         (dict(theta_solver=None), r"theta_solver must be .*received None"),
         (dict(dtype="float16"), r"dtype must be 'float64' or 'float32' .*received 'float16'"),
     ],
@@ -508,7 +555,9 @@ def test_cg_with_a_flat_prior_is_a_clear_error(data):
     with pm.Model():
         b = pm.Flat("beta", shape=D)
         pm.Bernoulli("y", logit_p=X @ b, observed=y)
-        with pytest.raises(SingularPrecisionError, match=r"theta_solver='cg' needs a proper Gaussian prior"):
+        with pytest.raises(
+            SingularPrecisionError, match=r"theta_solver='cg' needs a proper Gaussian prior"
+        ):
             SplitGibbs(rho=0.2, theta_solver="cg")
 
 
@@ -555,8 +604,12 @@ def test_nuisance_per_observation(data):
     X, _, counts = data
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
-        pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=np.arange(1.0, N + 1), observed=counts)
-        with pytest.raises(UnsupportedModelError, match=r"alpha of .*'c' differs between observations"):
+        pm.NegativeBinomial(
+            "c", mu=pm.math.exp(X @ b), alpha=np.arange(1.0, N + 1), observed=counts
+        )
+        with pytest.raises(
+            UnsupportedModelError, match=r"alpha of .*'c' differs between observations"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -566,7 +619,10 @@ def test_nuisance_non_scalar_free_variable(data):
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         s = pm.HalfNormal("s", 1.0, shape=N)
         pm.StudentT("w", nu=3, mu=X @ b, sigma=s, observed=np.zeros(N))
-        with pytest.raises(UnsupportedModelError, match=r"sigma of .*'w' depends on the non-scalar free variable 's'"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"sigma of .*'w' depends on the non-scalar free variable 's'",
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -577,7 +633,9 @@ def test_nuisance_used_elsewhere(data):
         s = pm.HalfNormal("s", 1.0)
         pm.StudentT("w", nu=3, mu=X @ b, sigma=s, observed=np.zeros(N))
         pm.Normal("v", 0.0, s, observed=np.ones(4))
-        with pytest.raises(UnsupportedModelError, match=r"variable 'v' depends on \['s'\], which parametrise"):
+        with pytest.raises(
+            UnsupportedModelError, match=r"variable 'v' depends on \['s'\], which parametrise"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -587,7 +645,9 @@ def test_vars_leave_out_a_nuisance_parameter(data):
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         alpha = pm.HalfNormal("alpha", 5.0)
         pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=alpha, observed=counts)
-        with pytest.raises(UnsupportedModelError, match=r"\['alpha'\] parametrise.*not among the variables"):
+        with pytest.raises(
+            UnsupportedModelError, match=r"\['alpha'\] parametrise.*not among the variables"
+        ):
             SplitGibbs([b], rho=0.2)
         step = SplitGibbs([b, alpha], rho=0.2)
         assert [v.name for v in step.vars] == ["beta", "alpha_log__"]
@@ -598,7 +658,9 @@ def test_gamma_data_must_be_positive(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Gamma("y", alpha=2.0, beta=2.0 / pm.math.exp(X @ b), observed=np.r_[np.ones(N - 1), 0.0])
-        with pytest.raises(ValueError, match=r"'y' must be positive for a Gamma likelihood; received 0"):
+        with pytest.raises(
+            ValueError, match=r"'y' must be positive for a Gamma likelihood; received 0"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -608,7 +670,9 @@ def test_negative_binomial_counts(data):
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         obs = pm.Data("obs", np.r_[np.ones(N - 1), 1.5])
         pm.NegativeBinomial("c", mu=pm.math.exp(X @ b), alpha=2.0, observed=obs)
-        with pytest.raises(ValueError, match=r"'c' \(NegativeBinomial counts\) must be whole numbers"):
+        with pytest.raises(
+            ValueError, match=r"'c' \(NegativeBinomial counts\) must be whole numbers"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -622,9 +686,16 @@ def test_nuisance_given_to_another_step(data):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError, match="'alpha_log__' was changed by another step method"):
-            pm.sample(step=[SplitGibbs(rho=0.2), pm.Slice([model["alpha"]])], draws=5, tune=5,
-                      chains=1, cores=1, random_seed=1, progressbar=False,
-                      compute_convergence_checks=False)
+            pm.sample(
+                step=[SplitGibbs(rho=0.2), pm.Slice([model["alpha"]])],
+                draws=5,
+                tune=5,
+                chains=1,
+                cores=1,
+                random_seed=1,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
 
 
 def test_bambi_noncentered_group_term():
@@ -650,7 +721,10 @@ def test_center_needs_a_canonical_link_family(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.NegativeBinomial("y", mu=pm.math.exp(X @ b), alpha=2.0, observed=y)
-        with pytest.raises(ValueError, match=r"center=True supports Bernoulli/Binomial-logit, Poisson-log and Normal terms"):
+        with pytest.raises(
+            ValueError,
+            match=r"center=True supports Bernoulli/Binomial-logit, Poisson-log and Normal terms",
+        ):
             SplitGibbs(rho=0.2, center=True)
 
 
@@ -661,7 +735,9 @@ def test_center_with_a_free_likelihood_parameter(data):
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         a = pm.Exponential("alpha", 1.0)
         pm.NegativeBinomial("y", mu=pm.math.exp(X @ b), alpha=a, observed=y)
-        with pytest.raises(ValueError, match=r"center=True needs fixed likelihood parameters; \['alpha_log__'\]"):
+        with pytest.raises(
+            ValueError, match=r"center=True needs fixed likelihood parameters; \['alpha_log__'\]"
+        ):
             SplitGibbs(rho=0.2, center=True)
 
 
@@ -671,15 +747,28 @@ def test_shards_with_a_kinked_likelihood(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.AsymmetricLaplace("y", mu=X @ b, b=1.0, kappa=1.0, observed=y)
-        with pytest.raises(ValueError, match=r"split='shards' needs smooth log-concave potentials; received the terms \['y'\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"split='shards' needs smooth log-concave potentials; received the terms \['y'\]",
+        ):
             SplitGibbs(rho=0.2, alpha=0, split="shards", n_shards=2)
 
 
 def test_shards_with_a_sharded_backend(data):
     X, y, _ = data
-    with pytest.raises(ValueError, match=r"split='shards' runs its shards in this process; received backend=LocalBackend\(n_shards=2\)"):
-        logistic(X, y, rho=0.2, alpha=0, split="shards", n_shards=2,
-                 backend=pymc_sgs.LocalBackend(n_shards=2))
+    with pytest.raises(
+        ValueError,
+        match=r"split='shards' runs its shards in this process; received backend=LocalBackend\(n_shards=2\)",
+    ):
+        logistic(
+            X,
+            y,
+            rho=0.2,
+            alpha=0,
+            split="shards",
+            n_shards=2,
+            backend=pymc_sgs.LocalBackend(n_shards=2),
+        )
 
 
 # ------------------------------------------- models that are no GLM: say what they are
@@ -687,8 +776,9 @@ NUTS = r"Sample this model with NUTS \(pm\.sample\(\) without step=, or nutpie\)
 
 
 def _ordered_cutpoints():
-    return pm.Normal("cut", [-1.0, 1.0], 1.0, transform=pm.distributions.transforms.ordered,
-                     shape=2)
+    return pm.Normal(
+        "cut", [-1.0, 1.0], 1.0, transform=pm.distributions.transforms.ordered, shape=2
+    )
 
 
 @pytest.mark.parametrize("ordered", [pm.OrderedLogistic, pm.OrderedProbit])
@@ -698,8 +788,9 @@ def test_ordinal_likelihood_is_named_not_told_to_use_softmax(data, ordered):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         ordered("y", eta=X @ b, cutpoints=_ordered_cutpoints(), observed=y)
-        with pytest.raises(UnsupportedModelError,
-                           match=r"'y'.*ordinal likelihood.*does not support\. " + NUTS):
+        with pytest.raises(
+            UnsupportedModelError, match=r"'y'.*ordinal likelihood.*does not support\. " + NUTS
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -708,8 +799,9 @@ def test_bambi_cumulative_family_is_ordinal():
     import pandas as pd
 
     rng = np.random.default_rng(5)
-    df = pd.DataFrame({"x": rng.normal(size=30),
-                       "y": pd.Categorical(rng.integers(0, 3, 30), ordered=True)})
+    df = pd.DataFrame(
+        {"x": rng.normal(size=30), "y": pd.Categorical(rng.integers(0, 3, 30), ordered=True)}
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = bmb.Model("y ~ x", df, family="cumulative")
@@ -753,16 +845,26 @@ def test_noncentred_scale_gets_the_centred_form(data):
 @pytest.mark.parametrize(
     "name, make",
     [
-        ("ZeroInflatedPoisson",
-         lambda X, b, c: pm.ZeroInflatedPoisson("y", psi=0.7, mu=pm.math.exp(X @ b), observed=c)),
-        ("ZeroInflatedNegativeBinomial",
-         lambda X, b, c: pm.ZeroInflatedNegativeBinomial("y", psi=0.7, mu=pm.math.exp(X @ b),
-                                                         alpha=2.0, observed=c)),
-        ("ZeroInflatedBinomial",
-         lambda X, b, c: pm.ZeroInflatedBinomial("y", psi=0.7, n=20, p=pm.math.invlogit(X @ b),
-                                                 observed=c)),
-        ("HurdlePoisson",
-         lambda X, b, c: pm.HurdlePoisson("y", psi=0.7, mu=pm.math.exp(X @ b), observed=c)),
+        (
+            "ZeroInflatedPoisson",
+            lambda X, b, c: pm.ZeroInflatedPoisson("y", psi=0.7, mu=pm.math.exp(X @ b), observed=c),
+        ),
+        (
+            "ZeroInflatedNegativeBinomial",
+            lambda X, b, c: pm.ZeroInflatedNegativeBinomial(
+                "y", psi=0.7, mu=pm.math.exp(X @ b), alpha=2.0, observed=c
+            ),
+        ),
+        (
+            "ZeroInflatedBinomial",
+            lambda X, b, c: pm.ZeroInflatedBinomial(
+                "y", psi=0.7, n=20, p=pm.math.invlogit(X @ b), observed=c
+            ),
+        ),
+        (
+            "HurdlePoisson",
+            lambda X, b, c: pm.HurdlePoisson("y", psi=0.7, mu=pm.math.exp(X @ b), observed=c),
+        ),
     ],
 )
 def test_zero_inflated_likelihood_is_named(data, name, make):
@@ -770,8 +872,9 @@ def test_zero_inflated_likelihood_is_named(data, name, make):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         make(X, b, counts)
-        with pytest.raises(UnsupportedModelError,
-                           match=rf"'y' has a {name} likelihood.*does not support\. " + NUTS):
+        with pytest.raises(
+            UnsupportedModelError, match=rf"'y' has a {name} likelihood.*does not support\. " + NUTS
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -780,8 +883,9 @@ def test_no_glm_term_says_what_to_use(data):
     with pm.Model():
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Logistic("y", mu=X @ b, s=1.0, observed=np.zeros(N))
-        with pytest.raises(UnsupportedModelError,
-                           match=r"no observed variable .*'Logistic'.*" + NUTS + " instead"):
+        with pytest.raises(
+            UnsupportedModelError, match=r"no observed variable .*'Logistic'.*" + NUTS + " instead"
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -805,8 +909,11 @@ def test_inf_in_discrete_data_is_reported_as_inf(data, make):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             make(X, b, y)
-        with pytest.raises(ValueError, match=r"observed data of 'y' must be finite; found 1 "
-                           r"NaN/inf value\(s\), first at flat index 3 .*Drop or impute"):
+        with pytest.raises(
+            ValueError,
+            match=r"observed data of 'y' must be finite; found 1 "
+            r"NaN/inf value\(s\), first at flat index 3 .*Drop or impute",
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -819,8 +926,11 @@ def test_inf_in_binomial_trials_is_reported_as_inf(data):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             pm.Binomial("y", n=n, logit_p=X @ b, observed=y)
-        with pytest.raises(ValueError, match=r"trials \(n\) of 'y' must be finite; found 1 "
-                           r"NaN/inf value\(s\), first at flat index 2"):
+        with pytest.raises(
+            ValueError,
+            match=r"trials \(n\) of 'y' must be finite; found 1 "
+            r"NaN/inf value\(s\), first at flat index 2",
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -836,8 +946,11 @@ def test_inf_in_categorical_data_is_reported_as_inf(data):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             pm.Categorical("y", p=pm.math.softmax(logits, axis=-1), observed=y)
-        with pytest.raises(ValueError, match=r"observed data of 'y' must be finite; found 1 "
-                           r"NaN/inf value\(s\), first at flat index 4"):
+        with pytest.raises(
+            ValueError,
+            match=r"observed data of 'y' must be finite; found 1 "
+            r"NaN/inf value\(s\), first at flat index 4",
+        ):
             SplitGibbs(rho=0.2)
 
 
@@ -859,6 +972,9 @@ def _other_model_variable():
     ids=["unknown-name", "unknown-name-not-a-list", "int", "other-model", "observed"],
 )
 def test_vars_not_free_variables_of_the_model(data, vars, received):
-    with pytest.raises(ValueError, match=r"vars must list free variables of the model "
-                       r"\(variables or names\), among \['beta'\]; received " + received):
+    with pytest.raises(
+        ValueError,
+        match=r"vars must list free variables of the model "
+        r"\(variables or names\), among \['beta'\]; received " + received,
+    ):
         logistic(*data[:2], vars=vars)

@@ -7,8 +7,9 @@ import pymc as pm
 import pytest
 
 import pymc_sgs
-from .posteriordb_cases import build_model, load_reference
 from pymc_sgs.rho import RhoTuner
+
+from .posteriordb_cases import build_model, load_reference
 
 
 def _dogs(step_kwargs, draws=2000, tune=1000, seed=3, chains=2):
@@ -128,15 +129,31 @@ def test_auto_rho_large_logistic_matches_nuts():
         pm.Bernoulli("y", logit_p=X @ beta, observed=y)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = pm.sample(draws=2000, tune=1000, chains=2, cores=1, random_seed=1,
-                        progressbar=False, compute_convergence_checks=False)
-        idata = pm.sample(draws=10000, tune=1000, chains=2, cores=1, random_seed=2,
-                          step=pymc_sgs.SplitGibbs(), progressbar=False,
-                          compute_convergence_checks=False)
+        ref = pm.sample(
+            draws=2000,
+            tune=1000,
+            chains=2,
+            cores=1,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+        idata = pm.sample(
+            draws=10000,
+            tune=1000,
+            chains=2,
+            cores=1,
+            random_seed=2,
+            step=pymc_sgs.SplitGibbs(),
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     a, b = idata.posterior["beta"].values, ref.posterior["beta"].values
     for j in range(d):
         sd = b[..., j].std()
-        mcse = np.hypot(float(np.ravel(az.mcse(a[..., j]))[0]), float(np.ravel(az.mcse(b[..., j]))[0]))
+        mcse = np.hypot(
+            float(np.ravel(az.mcse(a[..., j]))[0]), float(np.ravel(az.mcse(b[..., j]))[0])
+        )
         assert mcse < 0.05 * sd, (j, mcse / sd)
         assert abs(a[..., j].mean() - b[..., j].mean()) < 0.1 * sd + 3 * mcse, j
 
@@ -153,9 +170,16 @@ def _tiny_logistic():
 
 def _run_tiny(step_kwargs, tune, draws):
     with _tiny_logistic():
-        return pm.sample(draws=draws, tune=tune, chains=1, cores=1, random_seed=1,
-                         step=pymc_sgs.SplitGibbs(**step_kwargs), progressbar=False,
-                         compute_convergence_checks=False)
+        return pm.sample(
+            draws=draws,
+            tune=tune,
+            chains=1,
+            cores=1,
+            random_seed=1,
+            step=pymc_sgs.SplitGibbs(**step_kwargs),
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
 
 
 def test_feedback_warns_on_short_auto_rho_tuning():

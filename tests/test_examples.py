@@ -74,9 +74,7 @@ class _Runner:
         if name != "quickstart.py":
             cmd += ["--quick", "--outdir", str(outdir)]
         log = open(outdir / "output.log", "w+b")
-        proc = subprocess.Popen(
-            cmd, cwd=outdir, env=self.env, stdout=log, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen(cmd, cwd=outdir, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.running[name] = (proc, log, outdir, time.monotonic())
 
     def _fill(self):

@@ -32,7 +32,6 @@ from pymc_sgs.families import (
     NegativeBinomialLog,
     StudentTIdentity,
 )
-from pymc_sgs.kernel import SplitGibbsKernel
 
 # (family, y, trials, centre, rho) for the 1-D checks
 CASES = {
@@ -118,8 +117,9 @@ def test_exact_z_draws_match_numerical_conditional(name):
     fam, y, t, c, rho = CASES[name]
     n = 4000
     rng = np.random.default_rng(11)
-    draw = sample_z_exact(fam, np.full(n, y), None if t is None else np.full(n, t),
-                          np.full(n, c), rho, rng)
+    draw = sample_z_exact(
+        fam, np.full(n, y), None if t is None else np.full(n, t), np.full(n, c), rho, rng
+    )
     assert ks_pvalue(draw.z, fam, y, t, c, rho) > 1e-3
     # negative control: the conditional at a centre shifted by 0.3 rho is rejected
     assert ks_pvalue(draw.z, fam, y, t, c + 0.3 * rho, rho) < 1e-3
@@ -261,7 +261,9 @@ def test_detection_fixed_nuisance_is_bound(data):
 def test_exposure_times_exp_goes_to_offset(data):
     with pm.Model() as model:
         b = pm.Normal("b", 0.0, 1.0, shape=2)
-        pm.NegativeBinomial("y", mu=3.0 * pm.math.exp(data["X"] @ b), alpha=2.0, observed=data["nb"])
+        pm.NegativeBinomial(
+            "y", mu=3.0 * pm.math.exp(data["X"] @ b), alpha=2.0, observed=data["nb"]
+        )
     (term,) = pymc_sgs.detect_split_problem(model).problem.split_terms
     np.testing.assert_allclose(term.offset, np.log(3.0), rtol=1e-9)
 
@@ -322,16 +324,32 @@ def test_nuisance_slice_update_keeps_conditional_invariant(data):
 def compare_to_nuts(model, var_names, rho, draws, seed=1, nuts_draws=1000):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sgs = pm.sample(step=pymc_sgs.SplitGibbs(rho=rho), draws=draws, tune=300, chains=2,
-                        cores=1, random_seed=seed, progressbar=False,
-                        compute_convergence_checks=False)
-        ref = pm.sample(draws=nuts_draws, tune=500, chains=2, cores=1, random_seed=seed + 1,
-                        progressbar=False, compute_convergence_checks=False)
+        sgs = pm.sample(
+            step=pymc_sgs.SplitGibbs(rho=rho),
+            draws=draws,
+            tune=300,
+            chains=2,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+        ref = pm.sample(
+            draws=nuts_draws,
+            tune=500,
+            chains=2,
+            cores=1,
+            random_seed=seed + 1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     out = {}
     for v in var_names:
         s, r = sgs.posterior[v], ref.posterior[v]
         diff = np.abs(s.mean(("chain", "draw")) - r.mean(("chain", "draw"))).values.ravel()
-        mcse = np.hypot(az.mcse(sgs, var_names=[v])[v].values, az.mcse(ref, var_names=[v])[v].values).ravel()
+        mcse = np.hypot(
+            az.mcse(sgs, var_names=[v])[v].values, az.mcse(ref, var_names=[v])[v].values
+        ).ravel()
         sd = r.std(("chain", "draw")).values.ravel()
         out[v] = (diff, 4 * mcse + 0.1 * sd)
     return out, sgs
@@ -355,8 +373,9 @@ KINDS_SLOW = ["probit", "binomial_probit", "gamma", "exponential", "studentt"]
 @pytest.mark.parametrize("kind", KINDS_SLOW)
 def test_family_matches_nuts(kind, data):
     names = {"gamma": ["a", "b", "k"], "studentt": ["a", "b", "nu", "sigma"]}
-    out, idata = compare_to_nuts(build(kind, data), names.get(kind, ["a", "b"]), rho=0.05,
-                                 draws=2000)
+    out, idata = compare_to_nuts(
+        build(kind, data), names.get(kind, ["a", "b"]), rho=0.05, draws=2000
+    )
     assert_close(out)
     if kind == "studentt":
         acc = idata.sample_stats["z_accept"].values
@@ -370,14 +389,32 @@ def test_exact_mode_with_free_alpha_matches_nuts(data):
     model = build("nb", data)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sgs = pm.sample(step=pymc_sgs.SplitGibbs(rho=0.5, exact=True), draws=2000, tune=300,
-                        chains=2, cores=1, random_seed=3, progressbar=False,
-                        compute_convergence_checks=False)
-        ref = pm.sample(draws=1000, tune=500, chains=2, cores=1, random_seed=4,
-                        progressbar=False, compute_convergence_checks=False)
+        sgs = pm.sample(
+            step=pymc_sgs.SplitGibbs(rho=0.5, exact=True),
+            draws=2000,
+            tune=300,
+            chains=2,
+            cores=1,
+            random_seed=3,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+        ref = pm.sample(
+            draws=1000,
+            tune=500,
+            chains=2,
+            cores=1,
+            random_seed=4,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     for v in ["a", "b", "alpha"]:
-        diff = np.abs(sgs.posterior[v].mean(("chain", "draw")) - ref.posterior[v].mean(("chain", "draw"))).values.ravel()
-        mcse = np.hypot(az.mcse(sgs, var_names=[v])[v].values, az.mcse(ref, var_names=[v])[v].values).ravel()
+        diff = np.abs(
+            sgs.posterior[v].mean(("chain", "draw")) - ref.posterior[v].mean(("chain", "draw"))
+        ).values.ravel()
+        mcse = np.hypot(
+            az.mcse(sgs, var_names=[v])[v].values, az.mcse(ref, var_names=[v])[v].values
+        ).ravel()
         sd = ref.posterior[v].std(("chain", "draw")).values.ravel()
         assert np.all(diff < 4 * mcse + 0.1 * sd), (v, diff, mcse, sd)
 
@@ -415,8 +452,9 @@ def test_smoothed_likelihood_matches_quadrature(name):
 
     fam, y, t, c, rho = CASES[name]
     for rho_k in (0.1 * rho, rho):
-        got, _ = smoothed_log_likelihood(fam, np.array([y]), None if t is None else np.array([t]),
-                                         np.array([c]), rho_k)
+        got, _ = smoothed_log_likelihood(
+            fam, np.array([y]), None if t is None else np.array([t]), np.array([c]), rho_k
+        )
         f = lambda z: np.exp(fam.log_likelihood(z, y, t)) * stats.norm.pdf(z, c, rho_k)  # noqa: E731
         ref = np.log(quad(f, c - 12 * rho_k, c + 12 * rho_k, points=[c], limit=200)[0])
         # Student-t at rho = 2 sigma: the integrand is far from Gaussian, 16 nodes give ~3e-4

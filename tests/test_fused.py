@@ -3,12 +3,11 @@
 import numpy as np
 import pytest
 
-from .engine_runs import assert_engines_agree, run_both_engines
-
 from pymc_sgs.families import FAMILIES
 from pymc_sgs.kernel import SplitGibbsKernel
 from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
 
+from .engine_runs import assert_engines_agree, run_both_engines
 
 NUISANCE = {"negativebinomial": {"alpha": 2.5}}
 
@@ -33,8 +32,14 @@ def _problem(family, n=300, d=4, seed=0):
     # two terms sharing theta, to exercise the per-term loop
     half = n // 2
     terms = tuple(
-        SplitTerm(f"y{k}", FAMILIES[family].bind(**NUISANCE.get(family, {})), X[sl], np.full(sl.stop - sl.start, 0.1 * k), y[sl],
-                  None if trials is None else trials[sl])
+        SplitTerm(
+            f"y{k}",
+            FAMILIES[family].bind(**NUISANCE.get(family, {})),
+            X[sl],
+            np.full(sl.stop - sl.start, 0.1 * k),
+            y[sl],
+            None if trials is None else trials[sl],
+        )
         for k, sl in enumerate([slice(0, half), slice(half, n)])
     )
     return SplitProblem(
@@ -45,7 +50,9 @@ def _problem(family, n=300, d=4, seed=0):
     )
 
 
-@pytest.mark.parametrize("family", ["bernoulli", "binomial", "poisson", "normal", "negativebinomial"])
+@pytest.mark.parametrize(
+    "family", ["bernoulli", "binomial", "poisson", "normal", "negativebinomial"]
+)
 @pytest.mark.parametrize("exact", [False, True])
 @pytest.mark.parametrize("block", [None, 64])
 def test_numba_path_reproduces_numpy_path(family, exact, block, monkeypatch):

@@ -31,7 +31,7 @@ def test_hierarchical_prior_precision_follows_tau():
         step = pymc_sgs.SplitGibbs()
     assert [v.name for v in step.vars] == ["a", "b", "u"]
     det = step.detected
-    (block, _, names), = det.prior_sources
+    ((block, _, names),) = det.prior_sources
     assert block.name == "u" and names == ["tau_log__"]
     point = model.initial_point()
     for tau in (0.5, 2.0):
@@ -55,18 +55,38 @@ def test_random_intercept_logistic_matches_nuts():
     model = _random_intercepts()
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        idata = pm.sample(step=pymc_sgs.SplitGibbs(), draws=4000, tune=1000, chains=2, cores=1,
-                          random_seed=1, progressbar=False, compute_convergence_checks=False)
-        ref = pm.sample(draws=3000, tune=1000, chains=2, cores=1, random_seed=2,
-                        target_accept=0.95, progressbar=False, compute_convergence_checks=False)
+        idata = pm.sample(
+            step=pymc_sgs.SplitGibbs(),
+            draws=4000,
+            tune=1000,
+            chains=2,
+            cores=1,
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+        ref = pm.sample(
+            draws=3000,
+            tune=1000,
+            chains=2,
+            cores=1,
+            random_seed=2,
+            target_accept=0.95,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     for name in ("a", "b", "tau", "u"):
         a = idata.posterior[name].values.reshape(4000 * 2, -1)
         r = ref.posterior[name].values.reshape(3000 * 2, -1)
         for j in range(a.shape[1]):
             sd = r[:, j].std()
             mcse = np.hypot(
-                float(np.ravel(az.mcse(idata.posterior[name].values.reshape(2, 4000, -1)[..., j]))[0]),
-                float(np.ravel(az.mcse(ref.posterior[name].values.reshape(2, 3000, -1)[..., j]))[0]),
+                float(
+                    np.ravel(az.mcse(idata.posterior[name].values.reshape(2, 4000, -1)[..., j]))[0]
+                ),
+                float(
+                    np.ravel(az.mcse(ref.posterior[name].values.reshape(2, 3000, -1)[..., j]))[0]
+                ),
             )
             # tau | u is a Gibbs block (NUTS given the random effects): it mixes slowly, the
             # classic behaviour of centred hierarchical Gibbs samplers, so its Monte Carlo

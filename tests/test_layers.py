@@ -41,7 +41,7 @@ def _package_imports(module: str) -> set:
 
 def test_detection_modules_import_in_one_direction():
     for i, module in enumerate(DETECTION):
-        later = set(DETECTION[i + 1:]) | {module}
+        later = set(DETECTION[i + 1 :]) | {module}
         back = _package_imports(module) & later - {module}
         assert not back, f"pymc_sgs.{module} imports {sorted(back)}, which import it"
 
@@ -55,7 +55,7 @@ def test_no_import_cycle_among_the_package_modules():
         state[m] = "open"
         for d in graph[m]:
             if state.get(d) == "open":
-                pytest.fail(" -> ".join(path[path.index(d):] + [d]))
+                pytest.fail(" -> ".join(path[path.index(d) :] + [d]))
             elif d not in state:
                 visit(d, path + [d])
         state[m] = "done"
@@ -93,8 +93,12 @@ def test_declared_capabilities_are_consistent(key):
     assert code in (None, families.LOGIT, families.LOG, families.IDENTITY, families.NEGBIN)
     assert fused.family_code(fam) == code
     # the compiled branches assume these links
-    expected_link = {families.LOGIT: "logit", families.LOG: "log", families.IDENTITY: "identity",
-                     families.NEGBIN: "log"}
+    expected_link = {
+        families.LOGIT: "logit",
+        families.LOG: "log",
+        families.IDENTITY: "identity",
+        families.NEGBIN: "log",
+    }
     if code is not None:
         assert fam.link == expected_link[code]
     # canonical links (centring by moving y) are exactly logit, Poisson-log and Normal

@@ -10,9 +10,8 @@ from __future__ import annotations
 import arviz as az
 import numpy as np
 import pytest
-from scipy import stats
-
 import scipy.sparse
+from scipy import stats
 
 from pymc_sgs.multinomial import (
     CategoricalSplitKernel,
@@ -80,7 +79,9 @@ def test_batch_rejection_sampler_matches_2d_conditional_by_integration():
 
         def logp(pts, r=r, rr=rho):
             yy = np.full(len(pts), y[r])
-            return -(softmax_potential(pts, yy)[0] + 0.5 * np.sum((pts - centre[r]) ** 2, 1) / rr**2)
+            return -(
+                softmax_potential(pts, yy)[0] + 0.5 * np.sum((pts - centre[r]) ** 2, 1) / rr**2
+            )
 
         assert _grid_pvalue(x, logp, centre[r]) > 1e-3
         # negative control: the conditional with a 25% larger rho
@@ -138,8 +139,10 @@ def test_multinomial_kernel_matches_its_split_model():
         mean, sd = target
         se_m = np.array([float(az.mcse(draws[None, :, j])) for j in range(2)])
         se_s = np.array([float(az.mcse(draws[None, :, j], method="sd")) for j in range(2)])
-        return bool(np.all(np.abs(draws.mean(0) - mean) < 4 * se_m + 0.01)
-                    and np.all(np.abs(draws.std(0) - sd) < 4 * se_s + 0.01))
+        return bool(
+            np.all(np.abs(draws.mean(0) - mean) < 4 * se_m + 0.01)
+            and np.all(np.abs(draws.std(0) - sd) < 4 * se_s + 0.01)
+        )
 
     assert agrees(targets["pi_rho"]), (draws.mean(0), draws.std(0), targets)
     assert not agrees(targets["pi"])  # negative control: the unsmoothed posterior
@@ -167,8 +170,9 @@ def _one_covariate_kernel(x, y, rho, prior_sd, alpha):
     n = len(x)
     A = scipy.sparse.kron(scipy.sparse.csr_matrix(x[:, None]), np.eye(2)).tocsr()
     assert A.shape == (2 * n, 2)
-    return CategoricalSplitKernel(A, 0.0, y, 3, np.zeros(2), np.eye(2) / prior_sd**2, rho,
-                                  alpha=alpha)
+    return CategoricalSplitKernel(
+        A, 0.0, y, 3, np.zeros(2), np.eye(2) / prior_sd**2, rho, alpha=alpha
+    )
 
 
 def test_over_relaxed_z_move_keeps_the_2d_conditional():
@@ -188,9 +192,12 @@ def test_over_relaxed_z_move_keeps_the_2d_conditional():
     assert np.mean(accs) > 0.8
     centre = k.centres(theta)[:2]
     for r in range(2):
+
         def logp(pts, r=r, rr=rho):
             yy = np.full(len(pts), y[r])
-            return -(softmax_potential(pts, yy)[0] + 0.5 * np.sum((pts - centre[r]) ** 2, 1) / rr**2)
+            return -(
+                softmax_potential(pts, yy)[0] + 0.5 * np.sum((pts - centre[r]) ** 2, 1) / rr**2
+            )
 
         assert _grid_pvalue(z[r::2], logp, centre[r]) > 1e-3
         assert _grid_pvalue(z[r::2], lambda pts: logp(pts, rr=1.25 * rho), centre[r]) < 1e-3
@@ -229,8 +236,9 @@ def test_categorical_kernel_argument_errors():
     with pytest.raises(ValueError, match="integers in 0..2"):
         CategoricalSplitKernel(A, 0.0, np.array([0, 3]), 3, np.zeros(1), np.eye(1), 0.5)
     with pytest.raises(ValueError, match="singular"):
-        CategoricalSplitKernel(np.zeros((4, 1)), 0.0, np.zeros(2, int), 3, np.zeros(1),
-                               np.zeros((1, 1)), 0.5)
+        CategoricalSplitKernel(
+            np.zeros((4, 1)), 0.0, np.zeros(2, int), 3, np.zeros(1), np.zeros((1, 1)), 0.5
+        )
 
 
 @pytest.mark.slow
@@ -257,8 +265,10 @@ def test_categorical_kernel_matches_its_split_model(alpha):
         mean, sd = target
         se_m = np.array([float(az.mcse(draws[None, :, j])) for j in range(2)])
         se_s = np.array([float(az.mcse(draws[None, :, j], method="sd")) for j in range(2)])
-        return bool(np.all(np.abs(draws.mean(0) - mean) < 4 * se_m + 0.01)
-                    and np.all(np.abs(draws.std(0) - sd) < 4 * se_s + 0.01))
+        return bool(
+            np.all(np.abs(draws.mean(0) - mean) < 4 * se_m + 0.01)
+            and np.all(np.abs(draws.std(0) - sd) < 4 * se_s + 0.01)
+        )
 
     assert agrees(targets["pi_rho"]), (draws.mean(0), draws.std(0), targets)
     assert not agrees(targets["pi"])  # negative control: the unsmoothed posterior

@@ -18,8 +18,6 @@ import pymc as pm
 import pytest
 from scipy import integrate, stats
 
-from .engine_runs import assert_engines_agree, run_both_engines
-
 import pymc_sgs
 from pymc_sgs import UnsupportedModelError
 from pymc_sgs.detect import detect_split_problem
@@ -34,6 +32,8 @@ from pymc_sgs.nonsmooth import (
     two_piece_parts,
     two_piece_quantile,
 )
+
+from .engine_runs import assert_engines_agree, run_both_engines
 
 Z_MAX = 4.5
 
@@ -64,8 +64,10 @@ def _quad_mass(family, y, rate, c, rho, upper=np.inf):
     if upper <= lo:
         return 0.0
     breaks = [lo] + [p for p in pts if lo < p < upper] + [upper]
-    return sum(integrate.quad(f, a, b, epsabs=0, epsrel=1e-11, limit=200)[0]
-               for a, b in zip(breaks[:-1], breaks[1:]))
+    return sum(
+        integrate.quad(f, a, b, epsabs=0, epsrel=1e-11, limit=200)[0]
+        for a, b in zip(breaks[:-1], breaks[1:])
+    )
 
 
 # ------------------------------------------------------------------ z | theta
@@ -88,8 +90,9 @@ def test_exact_z_draws_ks_and_negative_control(y, rate, c, rho):
     z = sample_z_piecewise(fam, *args, np.random.default_rng(1)).z
 
     def cdf(family):
-        return lambda v: np.exp(two_piece_log_cdf(family, *_full(np.size(v), y, rate, c, rho),
-                                                  np.atleast_1d(v))[0])
+        return lambda v: np.exp(
+            two_piece_log_cdf(family, *_full(np.size(v), y, rate, c, rho), np.atleast_1d(v))[0]
+        )
 
     assert stats.kstest(z, cdf(fam)).pvalue > 1e-3
     # over-relaxed moves from exact draws are exact draws again (and anti-correlated)
@@ -105,8 +108,12 @@ def test_quantile_inverts_cdf_in_both_tails():
     fam = AsymmetricLaplaceIdentity(2.0)
     n = 2000
     rng = np.random.default_rng(3)
-    y, rate, c, rho = rng.normal(size=n), np.exp(rng.normal(size=n)), 3 * rng.normal(size=n), \
-        np.exp(rng.normal(size=n) - 1)
+    y, rate, c, rho = (
+        rng.normal(size=n),
+        np.exp(rng.normal(size=n)),
+        3 * rng.normal(size=n),
+        np.exp(rng.normal(size=n) - 1),
+    )
     z = c + rho * 6 * rng.normal(size=n)  # far into the tails too
     log_f, log_s = two_piece_log_cdf(fam, y, rate, c, rho, z)
     back = two_piece_quantile(fam, y, rate, c, rho, log_f, log_s)
@@ -221,16 +228,22 @@ def test_error_b_depends_on_coefficients_or_is_shared():
     with pm.Model():
         beta = pm.Normal("beta", 0.0, 1.0, shape=4)
         pm.AsymmetricLaplace("y", mu=X @ beta, b=pm.math.exp(beta[0]), q=0.5, observed=y)
-        with pytest.raises(UnsupportedModelError, match=r"b \(rate\).*'y' depends on the "
-                           r"coefficient\(s\) \['beta'\]"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"b \(rate\).*'y' depends on the "
+            r"coefficient\(s\) \['beta'\]",
+        ):
             pymc_sgs.SplitGibbs(rho=0.2)
     with pm.Model():
         beta = pm.Normal("beta", 0.0, 1.0, shape=4)
         s = pm.HalfNormal("s", 1.0)
         pm.AsymmetricLaplace("y", mu=X @ beta, b=1 / s, q=0.5, observed=y)
         pm.Normal("other", 0.0, s, observed=y)
-        with pytest.raises(UnsupportedModelError, match=r"'y' depends on 's', which 'other' also "
-                           r"depends on"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"'y' depends on 's', which 'other' also "
+            r"depends on",
+        ):
             pymc_sgs.SplitGibbs(rho=0.2)
     with pm.Model():
         beta = pm.Normal("beta", 0.0, 1.0, shape=4)
@@ -256,8 +269,11 @@ def test_error_kappa_varies_across_rows():
     with pm.Model():
         beta = pm.Normal("beta", 0.0, 1.0, shape=4)
         pm.AsymmetricLaplace("y", mu=X @ beta, b=1.0, q=np.linspace(0.2, 0.8, 30), observed=y)
-        with pytest.raises(UnsupportedModelError, match=r"'y'.*varies across rows.*one "
-                           r"pm.AsymmetricLaplace per quantile"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"'y'.*varies across rows.*one "
+            r"pm.AsymmetricLaplace per quantile",
+        ):
             pymc_sgs.SplitGibbs(rho=0.2)
 
 
@@ -266,8 +282,11 @@ def test_error_quantile_regression_with_log_link():
     with pm.Model():
         beta = pm.Normal("beta", 0.0, 1.0, shape=4)
         pm.AsymmetricLaplace("y", mu=pm.math.exp(X @ beta), b=1.0, q=0.5, observed=y)
-        with pytest.raises(UnsupportedModelError, match=r"linear predictor of observed variable "
-                           r"'y' is not affine"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"linear predictor of observed variable "
+            r"'y' is not affine",
+        ):
             pymc_sgs.SplitGibbs(rho=0.2)
 
 
@@ -277,8 +296,11 @@ def test_error_free_laplace_scale():
         lam = pm.HalfCauchy("lam", 1.0)
         beta = pm.Laplace("beta", 0.0, lam, shape=4)
         pm.Normal("y", mu=X @ beta, sigma=1.0, observed=y)
-        with pytest.raises(UnsupportedModelError, match=r"scale b of the Laplace prior of 'beta'"
-                           r".*\['lam'\].*fixed"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"scale b of the Laplace prior of 'beta'"
+            r".*\['lam'\].*fixed",
+        ):
             pymc_sgs.SplitGibbs(rho=0.2)
 
 
@@ -391,13 +413,19 @@ def test_exact_mode_quantile_regression_1d():
         mu = pm.Normal("mu", 0.0, 3.0)
         pm.AsymmetricLaplace("y", mu=mu, b=b, q=q, observed=y)
     lo, hi = np.min(y) - 2, np.max(y) + 2
-    mean, sd = _moments_1d(lambda m: -np.sum(fam.potential(m, y, b)) - m**2 / 18, lo, hi,
-                           kinks=y)
+    mean, sd = _moments_1d(lambda m: -np.sum(fam.potential(m, y, b)) - m**2 / 18, lo, hi, kinks=y)
     smoothed = lambda m: np.sum(  # noqa: E731
-        two_piece_parts(fam, y, np.full(y.size, b), np.full(y.size, m), rho)[-1])
+        two_piece_parts(fam, y, np.full(y.size, b), np.full(y.size, m), rho)[-1]
+    )
     mean_rho, sd_rho = _moments_1d(lambda m: smoothed(m) - m**2 / 18, lo, hi)
-    idata = _sample(model, {"rho": rho, "exact": True, "exact_sweeps": 3}, draws=1500,
-                    tune=300, chains=2, random_seed=15)
+    idata = _sample(
+        model,
+        {"rho": rho, "exact": True, "exact_sweeps": 3},
+        draws=1500,
+        tune=300,
+        chains=2,
+        random_seed=15,
+    )
     draws = idata.posterior["mu"].values
     zm, zs = _z(draws, mean, sd)
     assert abs(zm) < Z_MAX and abs(zs) < Z_MAX, (zm, zs)
@@ -421,8 +449,12 @@ def test_intercept_only_quantile_regression_free_b_exact_2d():
         bb = np.linspace(1e-3, 4.0, 1200)
         u = y[None, :] - m[:, None]
         r = np.sum(np.where(u > 0, kappa * u, -u / kappa), axis=1)  # check losses / b
-        lp = (-m[:, None] ** 2 / 18 - bb[None, :] ** 2 / (2 * prior_sd**2)
-              + y.size * np.log(bb)[None, :] - bb[None, :] * r[:, None])
+        lp = (
+            -(m[:, None] ** 2) / 18
+            - bb[None, :] ** 2 / (2 * prior_sd**2)
+            + y.size * np.log(bb)[None, :]
+            - bb[None, :] * r[:, None]
+        )
         w = np.exp(lp - lp.max())
         w /= w.sum()
         out = []
@@ -448,8 +480,9 @@ def test_free_b_same_seed_same_draws():
         mu = pm.Normal("mu", 0.0, 3.0)
         b = pm.HalfNormal("b", 2.0)
         pm.AsymmetricLaplace("y", mu=mu, b=b, q=0.3, observed=y)
-    runs = [_sample(model, {"rho": 0.1}, draws=50, tune=20, chains=1, random_seed=s)
-            for s in (3, 3, 4)]
+    runs = [
+        _sample(model, {"rho": 0.1}, draws=50, tune=20, chains=1, random_seed=s) for s in (3, 3, 4)
+    ]
     b0, b1, b2 = (r.posterior["b"].values for r in runs)
     np.testing.assert_array_equal(b0, b1)
     assert not np.array_equal(b0, b2)
@@ -465,8 +498,9 @@ def test_large_rho_matches_split_model_and_psis_corrects_it_1d():
     mean_rho, sd_rho = _moments_1d(lambda t: loglik(t) + smoothed(t), -4, 5)
     # plain SGS (alpha=0): ArviZ's MCSE of weighted draws is unreliable for the strongly
     # antithetic over-relaxed chain
-    idata = _sample(model, {"rho": rho, "alpha": 0.0}, draws=4000, tune=300, chains=2,
-                    random_seed=13)
+    idata = _sample(
+        model, {"rho": rho, "alpha": 0.0}, draws=4000, tune=300, chains=2, random_seed=13
+    )
     draws = idata.posterior["beta"].values
     zm, zs = _z(draws, mean_rho, sd_rho)
     assert abs(zm) < Z_MAX and abs(zs) < Z_MAX, (zm, zs)
@@ -499,8 +533,15 @@ def test_auto_rho_1d():
 def _nuts(model, seed, draws=20000):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return pm.sample(draws=draws, tune=2000, chains=4, cores=1, random_seed=seed,
-                         progressbar=False, compute_convergence_checks=False)
+        return pm.sample(
+            draws=draws,
+            tune=2000,
+            chains=4,
+            cores=1,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
 
 
 def _compare_to_nuts(sgs, nuts, names):
@@ -543,8 +584,7 @@ def test_quantile_regression_vs_long_nuts(q):
     with pm.Model() as wrong:
         a = pm.Normal("a", 0.0, 10.0)
         slope = pm.Normal("slope", 0.0, 10.0)
-        pm.AsymmetricLaplace("y", mu=a + slope * x, b=2.0, q=0.5 if q != 0.5 else 0.7,
-                             observed=y)
+        pm.AsymmetricLaplace("y", mu=a + slope * x, b=2.0, q=0.5 if q != 0.5 else 0.7, observed=y)
     z_wrong = _compare_to_nuts(sgs, _nuts(wrong, 23, draws=5000), ["a", "slope"])
     print("negative control, max |z|:", round(float(np.max(np.abs(z_wrong))), 1))
     assert np.max(np.abs(z_wrong)) > Z_MAX

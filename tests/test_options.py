@@ -30,15 +30,27 @@ def _model(n=120, seed=0):
 def _draws(model, step):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        idata = pm.sample(draws=30, tune=120, chains=1, cores=1, random_seed=11, step=step,
-                          progressbar=False, compute_convergence_checks=False)
+        idata = pm.sample(
+            draws=30,
+            tune=120,
+            chains=1,
+            cores=1,
+            random_seed=11,
+            step=step,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     return idata.posterior["b"].values
 
 
 def test_public_signature_has_at_most_twelve_parameters():
-    params = [p for p in inspect.signature(SplitGibbs.__init__).parameters.values()
-              if p.name != "self" and not p.name.startswith("_")
-              and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    params = [
+        p
+        for p in inspect.signature(SplitGibbs.__init__).parameters.values()
+        if p.name != "self"
+        and not p.name.startswith("_")
+        and p.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
     assert len(params) <= 12, [p.name for p in params]
 
 
@@ -52,8 +64,7 @@ def test_public_signature_has_at_most_twelve_parameters():
         (dict(theta_solver="cholesky"), dict(backend=LocalBackend(theta_solver="cholesky"))),
         (dict(dtype="float32"), dict(backend=LocalBackend(dtype="float32"))),
     ],
-    ids=["exact_sweeps", "shift_moves", "shift_relaxation", "sweep_every", "theta_solver",
-         "dtype"],
+    ids=["exact_sweeps", "shift_moves", "shift_relaxation", "sweep_every", "theta_solver", "dtype"],
 )
 def test_former_keywords_warn_and_give_the_same_draws(legacy, new):
     model = _model()
@@ -84,10 +95,16 @@ def test_blocked_is_ignored_with_a_warning():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(exact="yes"), ValueError,
-         r"exact must be True, False or a pymc_sgs.ExactOptions\(...\); received 'yes'"),
-        (dict(shift=1), ValueError,
-         r"shift must be True, False or a pymc_sgs.ShiftOptions\(...\); received 1"),
+        (
+            dict(exact="yes"),
+            ValueError,
+            r"exact must be True, False or a pymc_sgs.ExactOptions\(...\); received 'yes'",
+        ),
+        (
+            dict(shift=1),
+            ValueError,
+            r"shift must be True, False or a pymc_sgs.ShiftOptions\(...\); received 1",
+        ),
         (dict(rhoo=0.3), TypeError, "unexpected keyword argument 'rhoo'"),
     ],
 )

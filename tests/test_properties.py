@@ -176,8 +176,12 @@ def wide_setting(draw, name):
 def test_find_z_mode_converges(name, data):
     y, t, c, rho, warm = data.draw(wide_setting(name), label="y, trials/sigma, centre, rho, z_init")
     z = find_z_mode(
-        FAMILIES[name], np.array([y]), None if t is None else np.array([t]), np.array([c]),
-        np.array([rho]), None if warm is None else np.array([c + warm]),
+        FAMILIES[name],
+        np.array([y]),
+        None if t is None else np.array([t]),
+        np.array([c]),
+        np.array([rho]),
+        None if warm is None else np.array([c + warm]),
     )
     assert np.all(np.isfinite(z))
     gp = _gprime(name, z[0], y, t, c, rho)
@@ -229,9 +233,12 @@ def test_fused_z_pass_poisson_large_centre_matches_numpy(c):
 
     n = 50
     problem = SplitProblem(
-        params=(ParamSlice("b", (1,), 0, 1),), prior_mean=np.zeros(1), prior_precision=np.eye(1),
-        split_terms=(SplitTerm("y", FAMILIES["poisson"], np.ones((n, 1)), np.zeros(n),
-                               np.full(n, 3.0)),),
+        params=(ParamSlice("b", (1,), 0, 1),),
+        prior_mean=np.zeros(1),
+        prior_precision=np.eye(1),
+        split_terms=(
+            SplitTerm("y", FAMILIES["poisson"], np.ones((n, 1)), np.zeros(n), np.full(n, 3.0)),
+        ),
     )
     theta, z0 = np.array([c]), np.full(n, c)  # every row's centre is c; warm start at c
     out = {}
@@ -291,8 +298,12 @@ def test_non_finite_centre_raises_after_max_rounds(name, data):
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_non_finite_centre_default_max_rounds_is_fast(name):
     # the default cap (10_000 rounds) also ends quickly, with the same error
-    y, t = {"bernoulli": (1.0, None), "binomial": (3.0, 10.0), "poisson": (4.0, None),
-            "normal": (0.5, 0.7)}[name]
+    y, t = {
+        "bernoulli": (1.0, None),
+        "binomial": (3.0, 10.0),
+        "poisson": (4.0, None),
+        "normal": (0.5, 0.7),
+    }[name]
     yy, tt, cc = _rows(y, t, np.nan, 3)
     t0 = time.perf_counter()
     with np.errstate(all="ignore"), pytest.raises(RuntimeError, match="after 10000 rounds"):
@@ -303,8 +314,11 @@ def test_non_finite_centre_default_max_rounds_is_fast(name):
 # -------------------------------------------------------------------------- negative controls
 # Fixed, skewed settings (fixed seeds, not searched): the KS check of (a) / (c) must reject a
 # sampler that is slightly wrong, or it could not see a real error either.
-NEG = [("poisson", 0.0, None, 2.0, 0.6), ("bernoulli", 1.0, None, -3.0, 2.5),
-       ("binomial", 2.0, 30.0, 0.0, 1.0)]
+NEG = [
+    ("poisson", 0.0, None, 2.0, 0.6),
+    ("bernoulli", 1.0, None, -3.0, 2.5),
+    ("binomial", 2.0, 30.0, 0.0, 1.0),
+]
 
 
 def _local_sd(name, y, t, mode, rho):
@@ -347,12 +361,24 @@ def test_blocked_exact_z_draw_has_the_exact_law(monkeypatch):
 
     monkeypatch.setattr(kernel_module, "Z_BLOCK", 700)
     y, c, rho = 1.0, -0.8, 0.9
-    prob = SplitProblem(params=(ParamSlice("b", (1,), 0, 1),), prior_mean=np.zeros(1),
-                        prior_precision=np.eye(1),
-                        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], np.ones((N_ROWS, 1)),
-                                               np.zeros(N_ROWS), np.full(N_ROWS, y)),))
+    prob = SplitProblem(
+        params=(ParamSlice("b", (1,), 0, 1),),
+        prior_mean=np.zeros(1),
+        prior_precision=np.eye(1),
+        split_terms=(
+            SplitTerm(
+                "y",
+                FAMILIES["bernoulli"],
+                np.ones((N_ROWS, 1)),
+                np.zeros(N_ROWS),
+                np.full(N_ROWS, y),
+            ),
+        ),
+    )
     kernel = SplitGibbsKernel(prob, rho=rho)
-    z, mode, n_prop, _ = kernel.sample_z(np.array([c]), np.full(N_ROWS, c), np.random.default_rng(5))
+    z, mode, n_prop, _ = kernel.sample_z(
+        np.array([c]), np.full(N_ROWS, c), np.random.default_rng(5)
+    )
     target = ExactZ("bernoulli", y, None, c, rho)
     assert _ks(z, target) > P_KS
     np.testing.assert_allclose(mode, target.mode, atol=1e-6)

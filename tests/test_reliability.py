@@ -80,7 +80,9 @@ def test_golden_logistic_draws():
     want = np.load(GOLDEN)
     assert set(want.files) == set(got), (sorted(want.files), sorted(got))
     for key in want.files:
-        np.testing.assert_allclose(got[key], want[key], rtol=1e-10, atol=0, equal_nan=True, err_msg=key)
+        np.testing.assert_allclose(
+            got[key], want[key], rtol=1e-10, atol=0, equal_nan=True, err_msg=key
+        )
     assert got["b"].shape == (1, 5, 2) and np.all(np.isfinite(got["b"]))
 
 
@@ -150,6 +152,7 @@ def _interrupt_at(k, chain=0):
     def callback(trace, draw):
         if draw.chain == chain and draw.draw_idx == k:
             raise KeyboardInterrupt
+
     return callback
 
 
@@ -228,8 +231,17 @@ def test_error_in_one_parallel_chain_names_chain_and_cause():
     model = _tiny_logistic()
     step = _step_failing_in_marked_chain(model)
     with pytest.raises(ParallelSamplingError) as info:
-        _sample(model, step, draws=20, tune=5, chains=2, cores=2, mp_ctx="fork", random_seed=8,
-                initvals=[{"b": np.zeros(2)}, {"b": MARK}])
+        _sample(
+            model,
+            step,
+            draws=20,
+            tune=5,
+            chains=2,
+            cores=2,
+            mp_ctx="fork",
+            random_seed=8,
+            initvals=[{"b": np.zeros(2)}, {"b": MARK}],
+        )
     msg = str(info.value)
     assert "Chain 1 failed" in msg, msg
     assert "exact z-sampler" in msg and "not finite" in msg, msg
@@ -244,8 +256,16 @@ def test_error_in_sequential_chain_propagates_unchanged():
     model = _tiny_logistic()
     step = _step_failing_in_marked_chain(model)
     with pytest.raises(RuntimeError, match="exact z-sampler.*not finite"):
-        _sample(model, step, draws=20, tune=5, chains=2, cores=1, random_seed=8,
-                initvals=[{"b": np.zeros(2)}, {"b": MARK}])
+        _sample(
+            model,
+            step,
+            draws=20,
+            tune=5,
+            chains=2,
+            cores=1,
+            random_seed=8,
+            initvals=[{"b": np.zeros(2)}, {"b": MARK}],
+        )
 
 
 # ------------------------------------------------------------- extreme linear predictors
@@ -293,15 +313,27 @@ def extreme_runs():
     out = {}
     for sk, sid in zip(EXTREME_STEPS, EXTREME_IDS):
         model, X, y = _separable_logistic()
-        out["logistic", sid] = (*_sample_recording(model, sk, draws=150, tune=30, chains=1,
-                                                   random_seed=9), X, y)
+        out["logistic", sid] = (
+            *_sample_recording(model, sk, draws=150, tune=30, chains=1, random_seed=9),
+            X,
+            y,
+        )
         model, X = _poisson_zero_counts()
         # start inside the cone, at eta ~ -1e3 (a chain at rho = 0.5 would take thousands
         # of sweeps to travel there from b = 0 on this scale)
-        out["poisson", sid] = (*_sample_recording(model, sk, draws=150, tune=30, chains=1,
-                                                  random_seed=10,
-                                                  initvals={"b": np.array([-0.5, -0.5])}),
-                               X, None)
+        out["poisson", sid] = (
+            *_sample_recording(
+                model,
+                sk,
+                draws=150,
+                tune=30,
+                chains=1,
+                random_seed=10,
+                initvals={"b": np.array([-0.5, -0.5])},
+            ),
+            X,
+            None,
+        )
     return out
 
 
@@ -339,8 +371,12 @@ def test_extreme_predictor_poisson(extreme_runs, sid):
 
 @pytest.mark.parametrize(
     "key",
-    [("logistic", "rho0.5"), ("logistic", "rho300-exact"), ("poisson", "rho0.5"),
-     ("poisson", "rho300-exact")],
+    [
+        ("logistic", "rho0.5"),
+        ("logistic", "rho300-exact"),
+        ("poisson", "rho0.5"),
+        ("poisson", "rho300-exact"),
+    ],
     ids=lambda k: "-".join(k),
 )
 def test_extreme_predictor_emits_no_numpy_warnings(extreme_runs, key):

@@ -68,19 +68,27 @@ def test_reused_step_tunes_again_in_worker_processes():
 def test_tune_zero_uses_the_laplace_rho_and_says_so():
     model = _logistic(n=6000)
     with model:
-        tuned = _sample(model, pymc_sgs.SplitGibbs(), draws=1000, tune=500, chains=2,
-                        random_seed=3)
+        tuned = _sample(model, pymc_sgs.SplitGibbs(), draws=1000, tune=500, chains=2, random_seed=3)
         with pytest.warns(pymc_sgs.SamplerFeedbackWarning, match="tune=0"):
-            untuned = pm.sample(draws=1000, tune=0, chains=2, cores=1, random_seed=4,
-                                step=pymc_sgs.SplitGibbs(), progressbar=False,
-                                compute_convergence_checks=False)
+            untuned = pm.sample(
+                draws=1000,
+                tune=0,
+                chains=2,
+                cores=1,
+                random_seed=4,
+                step=pymc_sgs.SplitGibbs(),
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
     # the same deterministic rho as a tuned run, not the starting 0.5
     np.testing.assert_array_equal(_final_rho(untuned), _final_rho(tuned))
     # and the same posterior (both sample the same pi_rho): z-scores against both MCSEs
     for name in ("a", "b"):
         x, y = tuned.posterior[name], untuned.posterior[name]
-        se = np.hypot(az.mcse(tuned, var_names=[name])[name].values,
-                      az.mcse(untuned, var_names=[name])[name].values)
+        se = np.hypot(
+            az.mcse(tuned, var_names=[name])[name].values,
+            az.mcse(untuned, var_names=[name])[name].values,
+        )
         z = (x.mean(("chain", "draw")).values - y.mean(("chain", "draw")).values) / se
         assert np.all(np.abs(z) < Z_MAX), (name, z)
 
@@ -89,12 +97,19 @@ def test_tune_zero_without_a_laplace_approximation_warns_that_rho_is_uncertified
     rng = np.random.default_rng(5)
     X = rng.normal(size=(200, 2))
     y = X @ np.array([1.0, -1.0]) + rng.standard_t(4, size=200)
-    with pm.Model() as model:
+    with pm.Model():
         b = pm.Normal("b", 0, 5, shape=2)
         pm.StudentT("y", nu=4, mu=X @ b, sigma=1.0, observed=y)
         with pytest.warns(pymc_sgs.SamplerFeedbackWarning, match="uncertified"):
-            pm.sample(draws=20, tune=0, chains=1, random_seed=1, step=pymc_sgs.SplitGibbs(),
-                      progressbar=False, compute_convergence_checks=False)
+            pm.sample(
+                draws=20,
+                tune=0,
+                chains=1,
+                random_seed=1,
+                step=pymc_sgs.SplitGibbs(),
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
 
 
 # ---------------------------------------------------------------- one target per run
@@ -217,8 +232,10 @@ def _improper_cases():
         "separable": (_flat_prior_model((x[:, 0] > 0).astype(int), x), "separated"),
         "all-zero-logistic": (_flat_prior_model(np.zeros(200, int), x), "separated"),
         "all-zero-poisson": (_flat_prior_model(np.zeros(200, int), x, "poisson"), "separated"),
-        "quasi-separable": (_flat_prior_model((x[:, 0] >= np.sort(x[:, 0])[100]).astype(int)
-                                              * (x[:, 0] > -5), x), "separated"),
+        "quasi-separable": (
+            _flat_prior_model((x[:, 0] >= np.sort(x[:, 0])[100]).astype(int) * (x[:, 0] > -5), x),
+            "separated",
+        ),
     }
 
 
@@ -252,11 +269,17 @@ def test_proper_posteriors_with_flat_priors_are_accepted():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(exact="False"), r"exact must be True, False or a pymc_sgs.ExactOptions\(...\); "
-                              "received 'False'"),
+        (
+            dict(exact="False"),
+            r"exact must be True, False or a pymc_sgs.ExactOptions\(...\); "
+            "received 'False'",
+        ),
         (dict(center="no"), "center must be True or False; received 'no'"),
-        (dict(shift="True"), r"shift must be True, False or a pymc_sgs.ShiftOptions\(...\); "
-                             "received 'True'"),
+        (
+            dict(shift="True"),
+            r"shift must be True, False or a pymc_sgs.ShiftOptions\(...\); "
+            "received 'True'",
+        ),
         (dict(alpha="-0.5"), r"alpha must be a number in \(-1, 1\); received '-0.5'"),
         (dict(bias_tol="0.1"), r"bias_tol must be a number in \(0, 1\); received '0.1'"),
         (dict(alpha=True), r"alpha must be a number in \(-1, 1\); received True"),
@@ -299,8 +322,9 @@ def test_psis_summary_reports_mcse_and_lines_up_with_az_summary():
     with pm.Model(coords={"pred": ["x1", "x2"]}) as model:
         b = pm.Normal("b", 0, 2.5, dims="pred")
         pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
-    idata = _sample(model, pymc_sgs.SplitGibbs(model=model), draws=1000, tune=500, chains=2,
-                    random_seed=6)
+    idata = _sample(
+        model, pymc_sgs.SplitGibbs(model=model), draws=1000, tune=500, chains=2, random_seed=6
+    )
     summary = pymc_sgs.psis_summary(idata, warn=False)
     assert list(summary.index) == list(az.summary(idata).index) == ["b[x1]", "b[x2]"]
     # the corrected mean's MCSE is at least the draws' own (weights add noise) and of the
@@ -339,8 +363,16 @@ def test_feedback_warnings_point_at_the_users_line():
     model = _logistic(n=300)
     with model, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pm.sample(draws=5, tune=30, chains=1, cores=1, random_seed=1, progressbar=False,
-                  step=pymc_sgs.SplitGibbs(), compute_convergence_checks=False)
+        pm.sample(
+            draws=5,
+            tune=30,
+            chains=1,
+            cores=1,
+            random_seed=1,
+            progressbar=False,
+            step=pymc_sgs.SplitGibbs(),
+            compute_convergence_checks=False,
+        )
     ours = [w for w in caught if issubclass(w.category, pymc_sgs.SamplerFeedbackWarning)]
     assert ours, "expected the short-tuning warning"
     assert all(w.filename == __file__ for w in ours), [w.filename for w in ours]

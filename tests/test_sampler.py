@@ -15,6 +15,7 @@ import pymc as pm
 import pytest
 
 import pymc_sgs
+
 from .posteriordb_cases import build_model, load_reference
 
 Z_MAX = 4.5
@@ -130,7 +131,13 @@ def _compare_to_reference(idata, case, mean_tol, sd_tol):
 def test_dogs_logistic_matches_posteriordb():
     model, _ = build_model("dogs-dogs")
     idata = _sample(
-        model, dict(rho=0.1, alpha=-0.99, log_weights=False), draws=10000, tune=500, chains=4, cores=1, random_seed=20
+        model,
+        dict(rho=0.1, alpha=-0.99, log_weights=False),
+        draws=10000,
+        tune=500,
+        chains=4,
+        cores=1,
+        random_seed=20,
     )
     assert _compare_to_reference(idata, "dogs-dogs", mean_tol=0.2, sd_tol=0.15) == []
 
@@ -165,7 +172,12 @@ def _logistic_model(seed=0, n=200, d=3):
 
 @pytest.mark.parametrize(
     "mp_ctx, step_kwargs",
-    [("fork", dict(rho=0.3)), ("spawn", dict(rho=0.3)), ("fork", dict()), ("fork", dict(exact=True))],
+    [
+        ("fork", dict(rho=0.3)),
+        ("spawn", dict(rho=0.3)),
+        ("fork", dict()),
+        ("fork", dict(exact=True)),
+    ],
     ids=["fork", "spawn", "fork-auto-rho", "fork-exact"],
 )
 def test_same_seed_same_draws_for_any_cores(mp_ctx, step_kwargs):

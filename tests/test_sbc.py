@@ -25,7 +25,9 @@ import pytest
 
 # appended, not prepended: benchmarks/ holds distributed.py, which must not shadow the dask
 # package in processes spawned later in the same test run (they inherit sys.path)
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.append(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+)
 
 import sbc  # noqa: E402  (benchmarks/sbc.py)
 

@@ -6,7 +6,7 @@ from scipy.special import logsumexp
 
 from pymc_sgs.conditionals import overrelaxed_z_move
 from pymc_sgs.families import FAMILIES, NegativeBinomialLog
-from pymc_sgs.fused import fused_z_pass, row_parameter, family_code
+from pymc_sgs.fused import family_code, fused_z_pass, row_parameter
 from pymc_sgs.series import SERIES_GAUSSIAN, series_log_weight, series_rows
 from pymc_sgs.weights import gauss_hermite_nodes, log_weight_rows, smoothed_log_likelihood
 
@@ -43,7 +43,10 @@ def test_taylor_derivatives_are_derivatives(name):
     np.testing.assert_allclose(d[0], fam.grad(z, y, t), rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(d[1], fam.hess(z, y, t), rtol=1e-13, atol=1e-15)
     h = 1e-5
-    fd = (np.array(fam.taylor_derivatives(z + h, y, t)) - np.array(fam.taylor_derivatives(z - h, y, t))) / (2 * h)
+    fd = (
+        np.array(fam.taylor_derivatives(z + h, y, t))
+        - np.array(fam.taylor_derivatives(z - h, y, t))
+    ) / (2 * h)
     np.testing.assert_allclose(fd[:-1], d[1:], rtol=1e-6, atol=1e-8)
     # the bounds hold on an interval around each point
     lo, hi = z - 0.5, z + 0.5
@@ -71,7 +74,7 @@ def test_series_weight_matches_quadrature_where_used(name):
     assert np.max(np.abs(got - ref)[~tier]) < 5e-8  # the quadrature rows, unchanged
     # negative control: dropping Var(R) / 2 (an s^6 term) is visibly wrong on the same rows
     d = tuple(v[tier] for v in near.derivatives)
-    g, h, u3 = d[0], d[1], d[2]
+    h, u3 = d[1], d[2]
     s2 = 1.0 / (h + 1.0 / rho[tier] ** 2)
     crude = series_log_weight(d, rho[tier]) + 0.5 * 15 * (u3 / 6) ** 2 * s2**3
     assert np.max(np.abs(crude - ref[tier])) > 1.5e-8
@@ -79,6 +82,7 @@ def test_series_weight_matches_quadrature_where_used(name):
 
 def _independent_log_ratio(fam, y, t, c, rho, z, prop, m, s):
     """log [pi(prop) N(z; m, s^2)] - log [pi(z) N(prop; m, s^2)], pi the exact z | theta."""
+
     def log_pi(v):
         return fam.log_likelihood(v, y, t) - 0.5 * ((v - c) / rho) ** 2
 
@@ -168,9 +172,30 @@ def test_compiled_series_rows_reproduce_numpy(name):
     from pymc_sgs.weights import NEAR_GAUSSIAN, VERY_NEAR_GAUSSIAN
 
     atz, acc, lw = fused_z_pass(
-        A, off, y, row_parameter(fam, t, n), rho, family_code(fam), theta, z, z.copy(), alpha,
-        eps, u, nodes, lwx, True, z_out, mode_out, n8, l8, NEAR_GAUSSIAN, n4, l4,
-        VERY_NEAR_GAUSSIAN, SERIES_GAUSSIAN,
+        A,
+        off,
+        y,
+        row_parameter(fam, t, n),
+        rho,
+        family_code(fam),
+        theta,
+        z,
+        z.copy(),
+        alpha,
+        eps,
+        u,
+        nodes,
+        lwx,
+        True,
+        z_out,
+        mode_out,
+        n8,
+        l8,
+        NEAR_GAUSSIAN,
+        n4,
+        l4,
+        VERY_NEAR_GAUSSIAN,
+        SERIES_GAUSSIAN,
     )
     np.testing.assert_allclose(z_out, ref.z, rtol=0, atol=1e-9)
     np.testing.assert_allclose(mode_out[tier], ref.mode[tier], rtol=0, atol=1e-12)

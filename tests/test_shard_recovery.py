@@ -10,15 +10,22 @@ move cut short, and stop (keeping the draws) where a shard cannot be rebuilt.
 import numpy as np
 import pymc as pm
 import pytest
-from .test_distributed import P, _data, _model, _posterior_mean_check, _sample
 
 import pymc_sgs
-from pymc_sgs.backends import (LocalBackend, SamplingStopped, ShardedKernel, ShardLostError,
-                               ShardLostWarning, ShardsUnreachable)
+from pymc_sgs.backends import (
+    LocalBackend,
+    SamplingStopped,
+    ShardedKernel,
+    ShardLostError,
+    ShardLostWarning,
+    ShardsUnreachable,
+)
 from pymc_sgs.backends.local import InProcessShards
 from pymc_sgs.backends.shard import ShardWorker, split_rows
 from pymc_sgs.backends.sharded import ShardedShiftMove
 from pymc_sgs.start import laplace_start
+
+from .test_distributed import P, _data, _model, _posterior_mean_check, _sample
 
 # short tuning runs: the rho="auto" certificate warning is expected here
 pytestmark = pytest.mark.filterwarnings("ignore::pymc_sgs.SamplerFeedbackWarning")
@@ -71,8 +78,9 @@ class _LosingBackend(LocalBackend):
         self.lose, self.rebuildable = lose, rebuildable
 
     def build_kernel(self, problem, rho, alpha, log_weights, **options):
-        shards = _LosingShards(split_rows(problem, self.n_shards), alpha, self.lose,
-                               self.rebuildable)
+        shards = _LosingShards(
+            split_rows(problem, self.n_shards), alpha, self.lose, self.rebuildable
+        )
         return self.kernel_class(problem, shards, rho, alpha, log_weights)
 
     kernel_class = ShardedKernel
@@ -113,8 +121,10 @@ def _shards_atz(kernel):
     move's z, whose commit waits for the next call)."""
     pending = ("shift_commit", ()) in kernel._deferred
     zs = [w._shift_pending[0] if pending else w.z for w in kernel.transport.workers]
-    return np.sum([w.kernel.theta_conditional.split_rhs(z)
-                   for w, z in zip(kernel.transport.workers, zs)], axis=0)
+    return np.sum(
+        [w.kernel.theta_conditional.split_rhs(z) for w, z in zip(kernel.transport.workers, zs)],
+        axis=0,
+    )
 
 
 # ------------------------------------------------------------------ the target is kept
@@ -177,8 +187,12 @@ def test_a_stale_atz_after_a_loss_is_detected():
 
 
 @pytest.mark.parametrize(
-    "name", ["shift-move", pytest.param("alpha0", marks=pytest.mark.slow),
-             pytest.param("exact", marks=pytest.mark.slow)],
+    "name",
+    [
+        "shift-move",
+        pytest.param("alpha0", marks=pytest.mark.slow),
+        pytest.param("exact", marks=pytest.mark.slow),
+    ],
 )
 def test_rebuilt_shards_keep_the_target(name):
     """Shards lost in about one call in ten (sweeps, shift moves, exact steps, deferred
@@ -242,8 +256,11 @@ def test_exact_step_cut_short_by_a_lost_shard_is_dropped(where):
     state = state._replace(log_weight=float("nan"))  # the step starts with log_weight(theta)
     z_before = [w.z.copy() for w in kernel.transport.workers]
     # an exact step's calls: log_weight(theta0), z_pass per sweep, log_weight(theta1)
-    name, occurrence = {"log_weight": ("log_weight", 1), "z_pass": ("z_pass", 1),
-                        "last log_weight": ("log_weight", 2)}[where]
+    name, occurrence = {
+        "log_weight": ("log_weight", 1),
+        "z_pass": ("z_pass", 1),
+        "last log_weight": ("log_weight", 2),
+    }[where]
     kernel.transport.lose = _lose_on(name, occurrence, shard=2)
     with pytest.warns(ShardLostWarning, match=r"shard 2 .*z redrawn"):
         new, info = kernel.exact_step(state, rng, n_sweeps=2)
@@ -284,8 +301,11 @@ def test_shard_that_cannot_be_rebuilt_stops_the_run_and_keeps_the_draws():
         if draw.draw_idx == 40:  # tuning included: the 31st kept draw
             step.kernel.transport.lose = lambda call, name: (1, False)
 
-    with pytest.warns(ShardLostWarning, match=r"shard 1 .*cannot be rebuilt: its rows are gone"
-                      r".*41 draws of this chain"):
+    with pytest.warns(
+        ShardLostWarning,
+        match=r"shard 1 .*cannot be rebuilt: its rows are gone"
+        r".*41 draws of this chain",
+    ):
         idata = _sample(model, step, draws=200, tune=10, callback=lose_after_draw_40)
     assert idata.posterior.sizes["draw"] == 31
     np.testing.assert_array_equal(idata.posterior["b"].values, reference.posterior["b"].values)
@@ -316,8 +336,9 @@ def test_shard_that_cannot_be_rebuilt_before_any_draw_raises():
     model = _model(*_data())
     backend = _LosingBackend(3, lambda call, name: (0, False), rebuildable=False)
     step = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=backend)
-    with pytest.raises(ShardLostError,
-                       match=r"shard 0 .*cannot be rebuilt.*Nothing had been sampled"):
+    with pytest.raises(
+        ShardLostError, match=r"shard 0 .*cannot be rebuilt.*Nothing had been sampled"
+    ):
         _sample(model, step, draws=20, tune=0)
 
 

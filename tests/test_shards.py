@@ -130,9 +130,12 @@ def _binned_pvalue(x, pts, p, edges1, edges2):
 def test_rejection_sampler_matches_2d_logistic_by_integration(envelope):
     f, g, h, m, M, theta, rho = _logistic_conditional()
     rng = np.random.default_rng(3)
-    x = np.array([
-        sample_strongly_log_concave(f, g, m, M, theta, rng, envelope=envelope).x for _ in range(4000)
-    ])
+    x = np.array(
+        [
+            sample_strongly_log_concave(f, g, m, M, theta, rng, envelope=envelope).x
+            for _ in range(4000)
+        ]
+    )
     pts, p = _grid_density(f, theta, 6 * rho)
     mean, var = _moments_z(pts, p)
     assert np.all(np.abs(x.mean(0) - mean) < 4 * np.sqrt(var / len(x)))
@@ -160,7 +163,9 @@ def test_mh_fallback_leaves_2d_logistic_invariant():
     mcse = np.array([float(az.mcse(chain[None, :, j])) for j in range(2)])
     assert np.all(np.abs(chain.mean(0) - mean) < 4 * mcse + 1e-3)
     assert 0.5 < np.mean(accs) < 1.0
-    wrong_mean = _moments_z(*_grid_density(_logistic_conditional(rho=2 * rho)[0], theta, 12 * rho))[0]
+    wrong_mean = _moments_z(*_grid_density(_logistic_conditional(rho=2 * rho)[0], theta, 12 * rho))[
+        0
+    ]
     assert np.any(np.abs(chain.mean(0) - wrong_mean) > 4 * mcse + 1e-3)
 
 
@@ -189,7 +194,12 @@ def _grid_targets(X, y, rho, n_shards, h=0.02, half=4.0):
         log_pi -= U
         e = np.exp(-(U - U.min())).reshape(T1.shape)
         # exp(-U_s) convolved with N(0, rho^2 I): the strategy-2 smoothing of one shard
-        log_s2 += np.log(np.maximum(gaussian_filter(e, rho / h, mode="constant", truncate=6.0), 1e-300)).ravel() - U.min()
+        log_s2 += (
+            np.log(
+                np.maximum(gaussian_filter(e, rho / h, mode="constant", truncate=6.0), 1e-300)
+            ).ravel()
+            - U.min()
+        )
     t, wts = np.polynomial.hermite_e.hermegauss(40)
     wts = wts / wts.sum()
     eta = pts @ X.T
@@ -215,8 +225,13 @@ def _run(model, seed, draws=2000, **kw):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return pm.sample(
-            draws=draws, tune=300, chains=2, random_seed=seed, progressbar=False,
-            compute_convergence_checks=False, step=pymc_sgs.SplitGibbs(**kw),
+            draws=draws,
+            tune=300,
+            chains=2,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+            step=pymc_sgs.SplitGibbs(**kw),
         )
 
 
@@ -280,7 +295,9 @@ def test_strategy2_gaussian_shards_closed_form():
     Q1 = P0 + X.T @ X / (sigma**2 + rho**2)
     mean1 = np.linalg.solve(Q1, X.T @ y / (sigma**2 + rho**2))
     sd1 = np.sqrt(np.diag(np.linalg.inv(Q1)))
-    assert np.any(np.abs(x.mean(0) - mean1) > 4 * mcse + 1e-3) or np.any(np.abs(x.std(0) / sd1 - 1) > 0.1)
+    assert np.any(np.abs(x.mean(0) - mean1) > 4 * mcse + 1e-3) or np.any(
+        np.abs(x.std(0) / sd1 - 1) > 0.1
+    )
 
 
 @pytest.mark.slow
@@ -289,7 +306,9 @@ def test_shard_kernel_mh_fallback_targets_the_same_split_model():
     rho, b = 0.6, 3
     n = len(y)
     term = SplitTerm("y", BERN, X, np.zeros(n), y)
-    prob = SplitProblem((ParamSlice("beta", (2,), 0, 2),), np.zeros(2), np.eye(2) / PRIOR_SD**2, (term,))
+    prob = SplitProblem(
+        (ParamSlice("beta", (2,), 0, 2),), np.zeros(2), np.eye(2) / PRIOR_SD**2, (term,)
+    )
     target = _grid_targets(X, y, rho, b)["s2"][0]
     k = ShardKernel(prob, rho, b, z_sampler="mh", mh_steps=2)
     rng = np.random.default_rng(9)
@@ -340,7 +359,8 @@ def test_shard_smoothness_bounds_the_curvature_everywhere(family, trials):
     L = shard_smoothness(family, X, trials, y)
     zs = np.linspace(-40.0, 40.0, 8001)
     sup = max(
-        float(np.max(family.hess(zs, y[i], None if trials is None else trials[i]))) for i in range(3)
+        float(np.max(family.hess(zs, y[i], None if trials is None else trials[i])))
+        for i in range(3)
     )
     assert L >= 3.0 * sup * (1 - 1e-9)
 
@@ -355,8 +375,12 @@ def test_probit_shard_draws_match_the_conditional_by_integration(family, trials)
     X = np.column_stack([np.ones(n), rng.normal(size=n)])
     y = (np.arange(n) % 2).astype(float) * (1.0 if trials is None else 2.0)
     tr = None if trials is None else np.full(n, trials)
-    prob = SplitProblem((ParamSlice("beta", (d,), 0, d),), np.zeros(d), np.eye(d),
-                        (SplitTerm("y", family, X, np.zeros(n), y, tr),))
+    prob = SplitProblem(
+        (ParamSlice("beta", (d,), 0, d),),
+        np.zeros(d),
+        np.eye(d),
+        (SplitTerm("y", family, X, np.zeros(n), y, tr),),
+    )
     k = ShardKernel(prob, rho, 1)
     theta = np.array([0.3, -0.2])
     draws = [k.sample_z(theta, None, rng) for _ in range(3000)]
@@ -371,8 +395,12 @@ def test_probit_shard_draws_match_the_conditional_by_integration(family, trials)
     assert _binned_pvalue(x, pts, p, e1, e2) > 1e-3
     # negative control: the same draws against the logit family's conditional
     logit = FAMILIES["bernoulli"] if trials is None else FAMILIES["binomial"]
-    wrong = SplitProblem(prob.params, prob.prior_mean, prob.prior_precision,
-                         (SplitTerm("y", logit, X, np.zeros(n), y, tr),))
+    wrong = SplitProblem(
+        prob.params,
+        prob.prior_mean,
+        prob.prior_precision,
+        (SplitTerm("y", logit, X, np.zeros(n), y, tr),),
+    )
     pts_w, p_w = _grid_density(ShardKernel(wrong, rho, 1).conditional(0, theta)[0], centre, half)
     assert _binned_pvalue(x, pts_w, p_w, e1, e2) < 1e-3
 
@@ -383,13 +411,19 @@ def test_probit_shard_draws_match_the_conditional_by_integration(family, trials)
     [
         (dict(split="blocks"), "split must be 'observations' or 'shards'"),
         (dict(split="shards", n_shards=0, rho=0.5, alpha=0), "n_shards must be a positive integer"),
-        (dict(split="shards", n_shards=2.5, rho=0.5, alpha=0), "n_shards must be a positive integer"),
+        (
+            dict(split="shards", n_shards=2.5, rho=0.5, alpha=0),
+            "n_shards must be a positive integer",
+        ),
         (dict(split="shards", n_shards=2, alpha=0), "fixed scalar rho"),
         (dict(split="shards", n_shards=2, rho=[0.5, 0.5], alpha=0), "fixed scalar rho"),
         (dict(split="shards", n_shards=2, rho=0.5), "pass alpha=0"),
         (dict(split="shards", n_shards=2, rho=0.5, alpha=0, exact=True), "exact=True"),
         (dict(n_shards=3), "n_shards applies only to split='shards'"),
-        (dict(split="shards", n_shards=1000, rho=0.5, alpha=0), "at most the number of observations"),
+        (
+            dict(split="shards", n_shards=1000, rho=0.5, alpha=0),
+            "at most the number of observations",
+        ),
     ],
 )
 def test_split_argument_errors(kwargs, match):

@@ -22,7 +22,8 @@ def _gaussian_split_problem(n=40, d=2, seed=0):
     X = rng.normal(size=(n, d))
     y = X @ np.array([1.0, -0.5]) + SIGMA * rng.normal(size=n)
     prob = SplitProblem(
-        params=(ParamSlice("b", (d,), 0, d),), prior_mean=np.zeros(d),
+        params=(ParamSlice("b", (d,), 0, d),),
+        prior_mean=np.zeros(d),
         prior_precision=np.eye(d) / PRIOR_SD**2,
         split_terms=(SplitTerm("y", FAMILIES["normal"], X, np.zeros(n), y, np.full(n, SIGMA)),),
     )
@@ -166,9 +167,16 @@ def _logistic_model(n=2000, d=4, seed=0):
 def _run(model, seed=3, **kw):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return pm.sample(draws=500, tune=500, chains=2, cores=1, random_seed=seed,
-                         step=pymc_sgs.SplitGibbs(**kw), progressbar=False,
-                         compute_convergence_checks=False)
+        return pm.sample(
+            draws=500,
+            tune=500,
+            chains=2,
+            cores=1,
+            random_seed=seed,
+            step=pymc_sgs.SplitGibbs(**kw),
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
 
 
 def test_shift_speeds_up_mixing_and_agrees_with_plain_sgs():
@@ -191,7 +199,13 @@ def test_shift_speeds_up_mixing_and_agrees_with_plain_sgs():
 
 def test_shift_is_checked_and_skipped_where_it_does_not_apply():
     model = _logistic_model(n=50)
-    with model, pytest.raises(ValueError, match=r"shift must be True, False or a pymc_sgs.ShiftOptions\(...\); received 'yes'"):
+    with (
+        model,
+        pytest.raises(
+            ValueError,
+            match=r"shift must be True, False or a pymc_sgs.ShiftOptions\(...\); received 'yes'",
+        ),
+    ):
         pymc_sgs.SplitGibbs(shift="yes")
     # exact mode targets Pi_rho * w, for which the move is not reversible: it is not used
     idata = _run(model, rho=0.3, exact=True, exact_sweeps=2)
@@ -205,15 +219,22 @@ def test_compiled_shift_change_matches_numpy(family):
     n, d = 1000, 3
     X = rng.normal(size=(n, d)) / 2
     trials = rng.integers(1, 9, n).astype(float) if family == "binomial" else None
-    y = (rng.random(n) < 0.5).astype(float) if family == "bernoulli" else \
-        rng.binomial(trials.astype(int), 0.4).astype(float) if family == "binomial" else \
-        rng.poisson(2.0, n).astype(float)
+    y = (
+        (rng.random(n) < 0.5).astype(float)
+        if family == "bernoulli"
+        else rng.binomial(trials.astype(int), 0.4).astype(float)
+        if family == "binomial"
+        else rng.poisson(2.0, n).astype(float)
+    )
     fam = FAMILIES[family]
     if family == "negativebinomial":
         fam = fam.bind(alpha=3.0)
-    prob = SplitProblem(params=(ParamSlice("b", (d,), 0, d),), prior_mean=np.zeros(d),
-                        prior_precision=np.eye(d) / 4,
-                        split_terms=(SplitTerm("y", fam, X, np.zeros(n), y, trials),))
+    prob = SplitProblem(
+        params=(ParamSlice("b", (d,), 0, d),),
+        prior_mean=np.zeros(d),
+        prior_precision=np.eye(d) / 4,
+        split_terms=(SplitTerm("y", fam, X, np.zeros(n), y, trials),),
+    )
     z0 = rng.normal(0.5, 1, n)
     delta = rng.normal(size=d)
     out = {}
@@ -237,9 +258,12 @@ def test_accepted_shift_keeps_the_linear_term_exact(per_row_rho):
     n, d = 500, 3
     X = rng.normal(size=(n, d)) / 2
     y = (rng.random(n) < 0.5).astype(float)
-    prob = SplitProblem(params=(ParamSlice("b", (d,), 0, d),), prior_mean=np.zeros(d),
-                        prior_precision=np.eye(d) / 4,
-                        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.ones(n), y),))
+    prob = SplitProblem(
+        params=(ParamSlice("b", (d,), 0, d),),
+        prior_mean=np.zeros(d),
+        prior_precision=np.eye(d) / 4,
+        split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.ones(n), y),),
+    )
     rho = np.exp(rng.uniform(-3, -1, n)) if per_row_rho else 0.1
     kernel = SplitGibbsKernel(prob, rho=rho, alpha=-0.9)
     start = laplace_start(kernel, np.zeros(d), rng)
@@ -254,8 +278,9 @@ def test_accepted_shift_keeps_the_linear_term_exact(per_row_rho):
         if state.theta is not before:
             accepted += 1
             assert state.atz is not None
-            np.testing.assert_allclose(state.atz, kernel.theta_conditional.split_rhs(state.z),
-                                       rtol=1e-10, atol=1e-8)
+            np.testing.assert_allclose(
+                state.atz, kernel.theta_conditional.split_rhs(state.z), rtol=1e-10, atol=1e-8
+            )
     assert accepted >= 10
 
 
@@ -263,8 +288,17 @@ def test_auto_number_of_moves():
     from pymc_sgs.shift import moves_for_acceptance
 
     # every move rejected with probability <= 8%, at most 3 moves
-    assert [moves_for_acceptance(a) for a in (1.0, 0.97, 0.95, 0.9, 0.8, 0.7, 0.5, 0.1, 0.0)] \
-        == [1, 1, 1, 2, 2, 3, 3, 3, 3]
+    assert [moves_for_acceptance(a) for a in (1.0, 0.97, 0.95, 0.9, 0.8, 0.7, 0.5, 0.1, 0.0)] == [
+        1,
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+        3,
+        3,
+    ]
     for a in np.linspace(0.01, 0.99, 99):
         k = moves_for_acceptance(a)
         assert (1 - a) ** k <= 0.08 + 1e-12 or k == 3
@@ -356,7 +390,8 @@ def _glm_problem(n, family, d=2, seed=0, corr=None):
     else:
         y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta))).astype(float)
     prob = SplitProblem(
-        params=(ParamSlice("b", (d,), 0, d),), prior_mean=np.zeros(d),
+        params=(ParamSlice("b", (d,), 0, d),),
+        prior_mean=np.zeros(d),
         prior_precision=np.eye(d) / PRIOR_SD**2,
         split_terms=(SplitTerm("y", FAMILIES[family], X, np.zeros(n), y, np.ones(n)),),
     )
@@ -377,11 +412,13 @@ def test_mean_offset_is_the_third_derivative_contraction(family, monkeypatch):
     T = np.einsum("i,ik,il,im->klm", u3, X, X, X)
     H_inv = np.linalg.inv(start.chol @ start.chol.T)
     want = -0.5 * H_inv @ np.einsum("klm,lm->k", T, H_inv)
-    np.testing.assert_allclose(shift.laplace_mean_offset(kernel, start.mode, start.chol), want,
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        shift.laplace_mean_offset(kernel, start.mode, start.chol), want, rtol=1e-10
+    )
     monkeypatch.setattr(shift, "ROW_BLOCK", 7)
-    np.testing.assert_allclose(shift.laplace_mean_offset(kernel, start.mode, start.chol), want,
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        shift.laplace_mean_offset(kernel, start.mode, start.chol), want, rtol=1e-10
+    )
     # a Normal likelihood is symmetric about its mode: no correction
     gauss, _, _ = _gaussian_split_problem()
     k2 = SplitGibbsKernel(gauss, rho=RHO)
@@ -405,13 +442,16 @@ def test_mean_offset_matches_the_posterior_mean_by_quadrature(family, n):
     theta = start.mode + np.linalg.solve(start.chol.T, grid.T).T
     eta = theta @ X.T
     log_p = -0.5 * np.sum(theta**2, axis=1) / PRIOR_SD**2 - np.sum(
-        FAMILIES[family].potential(eta, y[None, :], np.ones_like(eta)), axis=1)
+        FAMILIES[family].potential(eta, y[None, :], np.ones_like(eta)), axis=1
+    )
     w = np.exp(log_p - log_p.max())
     exact = (w / w.sum()) @ theta - start.mode
     offset = laplace_mean_offset(kernel, start.mode, start.chol)
 
     def rel_err(approx):
-        return np.linalg.norm(start.chol.T @ (approx - exact)) / np.linalg.norm(start.chol.T @ exact)
+        return np.linalg.norm(start.chol.T @ (approx - exact)) / np.linalg.norm(
+            start.chol.T @ exact
+        )
 
     assert np.linalg.norm(start.chol.T @ exact) > 0.05  # skewed enough to tell them apart
     assert rel_err(offset) < 0.1, rel_err(offset)

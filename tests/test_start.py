@@ -20,12 +20,17 @@ def _problem(family="bernoulli", n=200, d=2, seed=0, prior_sd=3.0, X=None, y=Non
     if X is None:
         X = rng.normal(size=(n, d))
         eta = X @ rng.normal(size=d) * 0.7
-        y = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(float) if family == "bernoulli" \
+        y = (
+            (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(float)
+            if family == "bernoulli"
             else rng.poisson(np.exp(eta)).astype(float)
+        )
     n, d = X.shape
     P = np.eye(d) / prior_sd**2 if prior_sd else np.zeros((d, d))
     return SplitProblem(
-        params=(ParamSlice("b", (d,), 0, d),), prior_mean=np.zeros(d), prior_precision=P,
+        params=(ParamSlice("b", (d,), 0, d),),
+        prior_mean=np.zeros(d),
+        prior_precision=P,
         split_terms=(SplitTerm("y", FAMILIES[family], X, np.zeros(n), y),),
     )
 
@@ -94,8 +99,10 @@ def test_laplace_log_weight_variance_matches_monte_carlo():
     t = prob.split_terms[0]
     thetas = start.mode + np.linalg.solve(start.chol.T, rng.normal(size=(3, 1000))).T
     for rho in (0.05, 0.1):
-        lw = [np.sum(log_weight_rows(t.family, t.y, t.trials, t.A @ x, np.full(t.n, rho))[0])
-              for x in thetas]
+        lw = [
+            np.sum(log_weight_rows(t.family, t.y, t.trials, t.A @ x, np.full(t.n, rho))[0])
+            for x in thetas
+        ]
         mc = np.var(lw, ddof=1)
         pred = laplace_log_weight_var(kernel, start.mode, start.chol, rho)
         # relative sd of a sample variance of 1000 near-normal draws: sqrt(2 / 999) = 0.045
@@ -153,9 +160,17 @@ def _poisson_model(n=5000, seed=0):
 def _tuning_run(init, seed=1):
     with _poisson_model(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return pm.sample(draws=50, tune=400, chains=1, cores=1, random_seed=seed,
-                         step=pymc_sgs.SplitGibbs(init=init), progressbar=False,
-                         compute_convergence_checks=False, discard_tuned_samples=False)
+        return pm.sample(
+            draws=50,
+            tune=400,
+            chains=1,
+            cores=1,
+            random_seed=seed,
+            step=pymc_sgs.SplitGibbs(init=init),
+            progressbar=False,
+            compute_convergence_checks=False,
+            discard_tuned_samples=False,
+        )
 
 
 def test_laplace_start_keeps_rho_auto_from_collapsing():

@@ -11,7 +11,9 @@ import pytest
 import pymc_sgs
 from pymc_sgs.rho import RhoTuner
 from pymc_sgs.step import AUTO_SWEEP_EVERY
-from .test_sampler import _gaussian_glm, _gaussian_posterior as _posterior
+
+from .test_sampler import _gaussian_glm
+from .test_sampler import _gaussian_posterior as _posterior
 from .test_shift import _logistic_model
 
 Z_MAX = 4.5
@@ -20,9 +22,16 @@ Z_MAX = 4.5
 def _sample(model, draws=500, tune=500, chains=2, seed=1, **kw):
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return pm.sample(draws=draws, tune=tune, chains=chains, cores=1, random_seed=seed,
-                         step=pymc_sgs.SplitGibbs(**kw), progressbar=False,
-                         compute_convergence_checks=False)
+        return pm.sample(
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=1,
+            random_seed=seed,
+            step=pymc_sgs.SplitGibbs(**kw),
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
 
 
 def _z_scores(idata, mean, sd):

@@ -10,14 +10,19 @@ from pymc_sgs.families import FAMILIES
 from pymc_sgs.kernel import SplitGibbsKernel
 from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
 from pymc_sgs.theta_cg import CGThetaConditional
-from .test_conditionals import ALPHA, THETA_KINDS, make_theta_case, reference_Qb, whitening_pvalues
+
+from .test_conditionals import ALPHA, make_theta_case, reference_Qb, whitening_pvalues
 
 N_DRAWS = 4000
 
 
 def build_cg(case, rho_scale=1.0):
     cond = CGThetaConditional(
-        case["P0"], case["m0"], case["A"], case["off"], np.asarray(case["rho"]) * rho_scale,
+        case["P0"],
+        case["m0"],
+        case["A"],
+        case["off"],
+        np.asarray(case["rho"]) * rho_scale,
         case["gaussian"],
     )
     if case["gaussian"]:
@@ -146,8 +151,9 @@ def test_cg_and_cholesky_kernels_agree_on_the_first_draw():
     kc = SplitGibbsKernel(prob, rho=0.5, theta_solver="cholesky")
     kg = SplitGibbsKernel(prob, rho=0.5, theta_solver="cg")
     rhs = kc.theta_conditional.split_rhs(y + 0.1)
-    np.testing.assert_allclose(kg.theta_conditional.mean(rhs), kc.theta_conditional.mean(rhs),
-                               rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(
+        kg.theta_conditional.mean(rhs), kc.theta_conditional.mean(rhs), rtol=1e-7, atol=1e-9
+    )
 
 
 def test_kernel_option_validation():
@@ -170,13 +176,16 @@ def test_float32_design_tracks_float64_chain():
     X = rng.normal(size=(n, d)) / np.sqrt(d)
     y = rng.binomial(1, 1 / (1 + np.exp(-X @ rng.normal(size=d)))).astype(float)
     prob = SplitProblem(
-        params=(ParamSlice("b", (d,), 0, d),), prior_mean=np.zeros(d), prior_precision=np.eye(d),
+        params=(ParamSlice("b", (d,), 0, d),),
+        prior_mean=np.zeros(d),
+        prior_precision=np.eye(d),
         split_terms=(SplitTerm("y", FAMILIES["bernoulli"], X, np.zeros(n), y),),
     )
     out = {}
     for dtype, rho in (("float64", 0.3), ("float32", 0.3), ("float64", 0.31)):
-        k = SplitGibbsKernel(prob, rho=rho, alpha=-0.9, log_weights=True, dtype=dtype,
-                             engine="numba")
+        k = SplitGibbsKernel(
+            prob, rho=rho, alpha=-0.9, log_weights=True, dtype=dtype, engine="numba"
+        )
         r = np.random.default_rng(9)
         s = k.init(np.zeros(d), r)
         for _ in range(5):

@@ -33,8 +33,9 @@ def pg_chain(X, y, prior_sd, tune, draws, seed):
         omega = random_polyagamma(1.0, X @ beta, random_state=rng)
         Xw = X * np.sqrt(omega)[:, None]
         L = cholesky(Xw.T @ Xw + P0, lower=True)
-        beta = cho_solve((L, True), b) + solve_triangular(L, rng.standard_normal(d), lower=True,
-                                                          trans="T")
+        beta = cho_solve((L, True), b) + solve_triangular(
+            L, rng.standard_normal(d), lower=True, trans="T"
+        )
         if it >= tune:
             out[it - tune] = beta
     return out
@@ -60,8 +61,9 @@ def run_pg(X, y, prior_sd, chains, tune, draws, seed):
     from concurrent.futures import ProcessPoolExecutor
 
     seeds = np.random.SeedSequence(seed).spawn(chains)
-    with ProcessPoolExecutor(chains, mp_context=mp.get_context("spawn"), initializer=_pg_init,
-                             initargs=(X, y, prior_sd)) as ex:
+    with ProcessPoolExecutor(
+        chains, mp_context=mp.get_context("spawn"), initializer=_pg_init, initargs=(X, y, prior_sd)
+    ) as ex:
         out = list(ex.map(_pg_worker, [(tune, draws, s) for s in seeds]))
     return np.stack([o[0] for o in out]), max(o[1] for o in out)
 
@@ -89,5 +91,10 @@ def run_laplace_psis(model, n_draws, seed):
     theta = lap.draw(rng, n_draws)
     log_w = np.array([logp(t) for t in theta]) - lap.log_density(theta)
     lw, ess, khat = psis_ess(log_w)
-    return {"beta": theta[None], "log_w": lw, "ess_is": ess, "khat": khat,
-            "sampling_time": time.perf_counter() - t0}
+    return {
+        "beta": theta[None],
+        "log_w": lw,
+        "ess_is": ess,
+        "khat": khat,
+        "sampling_time": time.perf_counter() - t0,
+    }

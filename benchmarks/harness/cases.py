@@ -24,11 +24,15 @@ from . import ROOT
 
 DOGS_DIR = ROOT / "tests" / "data" / "posteriordb" / "dogs-dogs"
 
-_DIAG_50 = ("exceeds ~10 min at 1000+1000: a 200+200 probe (same data, 2 chains) took {} s wall "
-            "at {} leapfrog steps/draw (diagonal mass matrix vs. correlation 0.99); run with "
-            "--run-skipped")
-_DIAG_200 = ("exceeds ~10 min at 1000+1000: a 200+200 probe (same data, 2 chains) was still "
-             "running when killed after 240 s; run with --run-skipped")
+_DIAG_50 = (
+    "exceeds ~10 min at 1000+1000: a 200+200 probe (same data, 2 chains) took {} s wall "
+    "at {} leapfrog steps/draw (diagonal mass matrix vs. correlation 0.99); run with "
+    "--run-skipped"
+)
+_DIAG_200 = (
+    "exceeds ~10 min at 1000+1000: a 200+200 probe (same data, 2 chains) was still "
+    "running when killed after 240 s; run with --run-skipped"
+)
 
 CASES = {
     "logit-1e4-10": dict(kind="logistic", n=10_000, d=10, est_min=3),
@@ -37,23 +41,47 @@ CASES = {
     "logit-1e5-100": dict(kind="logistic", n=100_000, d=100, cap=(500, 500), est_min=15),
     "logit-1e6-10": dict(kind="logistic", n=1_000_000, d=10, cap=(300, 300), est_min=36),
     "logit-1e6-100": dict(
-        kind="logistic", n=1_000_000, d=100,
+        kind="logistic",
+        n=1_000_000,
+        d=100,
         skip="skipped: X alone is 800 MB and one gradient reads it twice; at n=1e5, d=100 "
-             "PyMC NUTS already needs ~0.4 s per iteration, so every NUTS variant (and SGS, "
-             "~1 s/sweep) would far exceed 10 min",
+        "PyMC NUTS already needs ~0.4 s per iteration, so every NUTS variant (and SGS, "
+        "~1 s/sweep) would far exceed 10 min",
     ),
-    "illcond-50": dict(kind="illcond", n=10_000, d=50, corr=0.99, est_min=3, skip_samplers={
-        "NUTS": _DIAG_50.format(146, 255), "nutpie": _DIAG_50.format(205, 252)}),
-    "illcond-200": dict(kind="illcond", n=10_000, d=200, corr=0.99, est_min=4, skip_samplers={
-        "NUTS": _DIAG_200, "nutpie": _DIAG_200}),
+    "illcond-50": dict(
+        kind="illcond",
+        n=10_000,
+        d=50,
+        corr=0.99,
+        est_min=3,
+        skip_samplers={"NUTS": _DIAG_50.format(146, 255), "nutpie": _DIAG_50.format(205, 252)},
+    ),
+    "illcond-200": dict(
+        kind="illcond",
+        n=10_000,
+        d=200,
+        corr=0.99,
+        est_min=4,
+        skip_samplers={"NUTS": _DIAG_200, "nutpie": _DIAG_200},
+    ),
     "poisson-1e5": dict(kind="poisson", n=100_000, d=10, est_min=8),
     "dogs": dict(kind="dogs", d=3, est_min=2),
     # quick mode only
     "illcond-50-n2000": dict(kind="illcond", n=2_000, d=50, corr=0.99, est_min=2),
 }
 # full mode, in this order (the time budget drops cases from the end)
-FULL_CASES = ["logit-1e4-10", "dogs", "illcond-50", "illcond-200", "poisson-1e5", "logit-1e4-100",
-              "logit-1e5-10", "logit-1e5-100", "logit-1e6-10", "logit-1e6-100"]
+FULL_CASES = [
+    "logit-1e4-10",
+    "dogs",
+    "illcond-50",
+    "illcond-200",
+    "poisson-1e5",
+    "logit-1e4-100",
+    "logit-1e5-10",
+    "logit-1e5-100",
+    "logit-1e6-10",
+    "logit-1e6-100",
+]
 QUICK_CASES = ["logit-1e4-10", "illcond-50-n2000", "dogs"]
 PRIOR_SD = 5.0
 DOGS_PRIOR_SD = 100.0

@@ -59,8 +59,7 @@ def flat_dlogp(model, vars, shared):
     from pymc.pytensorf import join_nonshared_inputs
 
     rvs = [model.values_to_rvs[v] for v in vars]
-    [out], inarray = join_nonshared_inputs(model.initial_point(), [model.dlogp(rvs)], vars,
-                                           shared)
+    [out], inarray = join_nonshared_inputs(model.initial_point(), [model.dlogp(rvs)], vars, shared)
     return pt_compile([inarray], out)
 
 
@@ -88,8 +87,9 @@ class LaplaceApprox:
 
         problem = detect_split_problem(model, vars).problem
         layout = [(p.name, p.stop - p.start) for p in problem.params]
-        if layout != [(v.name, int(np.prod(model.initial_point()[v.name].shape) or 1))
-                      for v in vars]:
+        if layout != [
+            (v.name, int(np.prod(model.initial_point()[v.name].shape) or 1)) for v in vars
+        ]:
             raise ValueError(f"coefficient layout {layout} differs from the step's variables")
         kernel = SplitGibbsKernel(problem, rho=1.0, theta_solver="cholesky")
         start = laplace_start(kernel, np.asarray(q0, float), np.random.default_rng(0))
@@ -103,6 +103,7 @@ class LaplaceApprox:
         """Generic: damped Newton with the Hessian by central differences of the compiled
         gradient (2 d gradients per Hessian; a compiled PyTensor Hessian takes ~10 s to
         build); no mean correction."""
+
         def hess_at(t):
             d = t.shape[0]
             h = 1e-5 * np.maximum(1.0, np.abs(t))
@@ -135,8 +136,9 @@ class LaplaceApprox:
             val = -logp(theta)
         else:
             raise RuntimeError("LaplaceMH: Newton did not converge")
-        return cls(theta, scipy.linalg.cholesky(hess_at(theta), lower=True),
-                   how="finite-difference Newton")
+        return cls(
+            theta, scipy.linalg.cholesky(hess_at(theta), lower=True), how="finite-difference Newton"
+        )
 
     def draw(self, rng, size=None):
         """Draws of ``N(mean, H^-1)``: (d,) or (size, d)."""
@@ -149,8 +151,11 @@ class LaplaceApprox:
         """``log N(theta; mean, H^-1)`` (normalised); theta (d,) or (N, d)."""
         u = (np.atleast_2d(theta) - self.mean) @ self.chol  # rows: (L^T (theta - mean))^T
         d = self.mode.shape[0]
-        out = (-0.5 * np.sum(u * u, axis=1) - 0.5 * d * np.log(2 * np.pi)
-               + np.sum(np.log(np.diag(self.chol))))
+        out = (
+            -0.5 * np.sum(u * u, axis=1)
+            - 0.5 * d * np.log(2 * np.pi)
+            + np.sum(np.log(np.diag(self.chol)))
+        )
         return out if np.ndim(theta) == 2 else float(out[0])
 
 
@@ -215,8 +220,18 @@ class LaplaceMH(_step_base()):
     }
     _state_class = _make_state_class()
 
-    def __init__(self, vars=None, *, relaxation=0.3, mean_correction=True, ratio="exact",
-                 tune=True, model=None, rng=None, blocked=True):
+    def __init__(
+        self,
+        vars=None,
+        *,
+        relaxation=0.3,
+        mean_correction=True,
+        ratio="exact",
+        tune=True,
+        model=None,
+        rng=None,
+        blocked=True,
+    ):
         import pymc as pm
         from pymc.util import get_value_vars_from_user_vars
 
@@ -260,8 +275,9 @@ class LaplaceMH(_step_base()):
         theta = q0.data
         c = self.laplace.mean
         eps = self.rng.standard_normal(theta.shape[0])
-        noise = scipy.linalg.solve_triangular(self._chol_f, eps, lower=True, trans="T",
-                                              check_finite=False)
+        noise = scipy.linalg.solve_triangular(
+            self._chol_f, eps, lower=True, trans="T", check_finite=False
+        )
         b = self.beta
         prop = c + b * (theta - c) + np.sqrt(1.0 - b * b) * noise
         lp0 = self._logp_at(theta)

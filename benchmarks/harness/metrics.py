@@ -16,10 +16,13 @@ def summary(b: np.ndarray):
     import arviz as az
 
     ds = az.convert_to_dataset({"beta": b})
-    return (b.mean(axis=(0, 1)), b.std(axis=(0, 1), ddof=1),
-            az.mcse(ds, method="mean")["beta"].values,
-            float(az.ess(ds, method="bulk")["beta"].values.min()),
-            float(np.max(az.rhat(ds)["beta"].values)))
+    return (
+        b.mean(axis=(0, 1)),
+        b.std(axis=(0, 1), ddof=1),
+        az.mcse(ds, method="mean")["beta"].values,
+        float(az.ess(ds, method="bulk")["beta"].values.min()),
+        float(np.max(az.rhat(ds)["beta"].values)),
+    )
 
 
 def min_tail_ess(b: np.ndarray) -> float:
@@ -50,10 +53,16 @@ def posteriordb_reference():
 def dedicated_reference(run: dict):
     mean, sd, mcse, ess, rhat = summary(run["beta"])
     b = run["beta"]
-    return mean, sd, mcse, (
-        f"dedicated {run['sampler']} run, {b.shape[0]} chains x {b.shape[1]} draws "
-        f"({run['tune']} tune), seed {run['seed']}, min bulk ESS {ess:.0f}, max R-hat "
-        f"{rhat:.3f}, {run['wall']:.0f} s")
+    return (
+        mean,
+        sd,
+        mcse,
+        (
+            f"dedicated {run['sampler']} run, {b.shape[0]} chains x {b.shape[1]} draws "
+            f"({run['tune']} tune), seed {run['seed']}, min bulk ESS {ess:.0f}, max R-hat "
+            f"{rhat:.3f}, {run['wall']:.0f} s"
+        ),
+    )
 
 
 def pooled_reference(runs: list[dict], exclude: str | None):
@@ -64,9 +73,15 @@ def pooled_reference(runs: list[dict], exclude: str | None):
     b = np.concatenate([r["beta"] for r in pool], axis=0)
     mean, sd, mcse, ess, rhat = summary(b)
     names = "+".join(r["sampler"] for r in pool)
-    return mean, sd, mcse, (
-        f"pool of {names}: {b.shape[0]} chains x {b.shape[1]} draws, min bulk ESS {ess:.0f}, "
-        f"max R-hat across the pooled chains {rhat:.3f}")
+    return (
+        mean,
+        sd,
+        mcse,
+        (
+            f"pool of {names}: {b.shape[0]} chains x {b.shape[1]} draws, min bulk ESS {ess:.0f}, "
+            f"max R-hat across the pooled chains {rhat:.3f}"
+        ),
+    )
 
 
 def quick_summary(run: dict):
@@ -99,7 +114,9 @@ def metrics(run: dict, ref) -> dict:
         "tail_per_s_run": tail / run_s if run_s > 0 else np.nan,
         "rhat": rhat,
         "ms_iter": 1e3 * run_s / iters,
-        "bias": np.nan, "bias_se": np.nan, "n_sig": 0,
+        "bias": np.nan,
+        "bias_se": np.nan,
+        "n_sig": 0,
     }
     if ref is None:
         return out

@@ -16,8 +16,12 @@ from .runner import NUTS_VARIANTS, SAMPLERS
 def git_commit() -> str:
     """Short hash of the checkout's HEAD ("unknown" outside git)."""
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except Exception:  # noqa: BLE001
         return "unknown"
 
@@ -59,9 +63,13 @@ def env_info():
     backend = (
         f"PyTensor mode={pytensor.config.mode}, linker={pytensor.config.linker}, "
         f"cxx={pytensor.config.cxx or '(none)'}, blas__ldflags={blas!r}"
-        + (" -> NOT linked to a BLAS: PyTensor's dot products opt out of C code and fall back "
-           "to NumPy-based implementations (NumPy's bundled BLAS, with Python-level call "
-           "overhead and extra copies), which slows PyMC NUTS" if not blas else " -> linked to a BLAS")
+        + (
+            " -> NOT linked to a BLAS: PyTensor's dot products opt out of C code and fall back "
+            "to NumPy-based implementations (NumPy's bundled BLAS, with Python-level call "
+            "overhead and extra copies), which slows PyMC NUTS"
+            if not blas
+            else " -> linked to a BLAS"
+        )
         + "; nutpie compiles the model with its numba backend (independent of blas__ldflags)"
     )
     return versions(f"nutpie {nutpie_v}, polyagamma {pg_v}"), backend
@@ -140,18 +148,27 @@ def table_rows(case_results: list[dict]) -> list[str]:
             continue
         if CASES[cr["case"]].get("cap") and (cr["tune"], cr["draws"]) == CASES[cr["case"]]["cap"]:
             label += f" (capped: {cr['tune']}+{cr['draws']} iter.)"
-        best = max((r["m"]["ess_per_s"] for r in cr["runs"]
-                    if r["sampler"] in NUTS_VARIANTS and "m" in r), default=np.nan)
-        best_tail = max((r["m"]["tail_per_s"] for r in cr["runs"]
-                         if r["sampler"] in NUTS_VARIANTS and "m" in r), default=np.nan)
+        best = max(
+            (r["m"]["ess_per_s"] for r in cr["runs"] if r["sampler"] in NUTS_VARIANTS and "m" in r),
+            default=np.nan,
+        )
+        best_tail = max(
+            (
+                r["m"]["tail_per_s"]
+                for r in cr["runs"]
+                if r["sampler"] in NUTS_VARIANTS and "m" in r
+            ),
+            default=np.nan,
+        )
         for r in cr["runs"]:
             s = r["sampler"]
             if "skipped" in r:
                 lines.append(f"| {label} | {s} | skipped: {r['skipped']} |" + blank)
                 continue
             if "timeout" in r:
-                lines.append(f"| {label} | {s} | timeout: killed after {r['timeout']:.0f} s |"
-                             + blank)
+                lines.append(
+                    f"| {label} | {s} | timeout: killed after {r['timeout']:.0f} s |" + blank
+                )
                 continue
             if "error" in r:
                 last = r["error"].strip().splitlines()[-1][:150].replace("|", "/")
@@ -162,22 +179,28 @@ def table_rows(case_results: list[dict]) -> list[str]:
             ratio = m["ess_per_s"] / best if np.isfinite(best) else np.nan
             tail_ratio = m["tail_per_s"] / best_tail if np.isfinite(best_tail) else np.nan
             if s == "SGS":
-                extra = ("rho " + "/".join(f"{v:.3g}" for v in r["rho"]) + " ["
-                         + "/".join(f"{v:.2f}" for v in r["sd_w"]) + "]"
-                         + f", z-acc {r['z_accept']:.2f}")
+                extra = (
+                    "rho "
+                    + "/".join(f"{v:.3g}" for v in r["rho"])
+                    + " ["
+                    + "/".join(f"{v:.2f}" for v in r["sd_w"])
+                    + "]"
+                    + f", z-acc {r['z_accept']:.2f}"
+                )
             elif s in NUTS_VARIANTS:
                 extra = f"{r['n_steps']:.1f} steps" + (
-                    f", {r['divergences']} div." if r["divergences"] else "")
+                    f", {r['divergences']} div." if r["divergences"] else ""
+                )
             elif s == "Laplace-MH":
-                extra = (f"acc. {r['accept']:.2f}, beta "
-                         + "/".join(f"{v:g}" for v in r["mh_beta"]))
+                extra = f"acc. {r['accept']:.2f}, beta " + "/".join(f"{v:g}" for v in r["mh_beta"])
             elif s == "Laplace-PSIS":
                 extra = f"k-hat {r['khat']:.2f}"
             else:
                 extra = ""
-            rhat = f" (R-hat {m['rhat']:.2f})" if np.isfinite(m["rhat"]) and m["rhat"] > 1.01 else ""
-            bias = ("-" if not np.isfinite(m["bias"])
-                    else f"{m['bias']:.3f} ({m['bias_se']:.3f})")
+            rhat = (
+                f" (R-hat {m['rhat']:.2f})" if np.isfinite(m["rhat"]) and m["rhat"] > 1.01 else ""
+            )
+            bias = "-" if not np.isfinite(m["bias"]) else f"{m['bias']:.3f} ({m['bias_se']:.3f})"
             lines.append(
                 f"| {label} | {s} | {fmt(m['min_ess'])} ({fmt(m['min_tail_ess'])}){rhat} "
                 f"| {r['wall']:.1f} ({setup:.1f}) "
@@ -198,8 +221,7 @@ def targets(case_results: list[dict]) -> list[str]:
             if cr.get("skip") or not kind_pred(cr["case"]):
                 continue
             runs = {r["sampler"]: r for r in cr["runs"] if "m" in r}
-            best = max((runs[s]["m"][key] for s in NUTS_VARIANTS if s in runs),
-                       default=np.nan)
+            best = max((runs[s]["m"][key] for s in NUTS_VARIANTS if s in runs), default=np.nan)
             if "SGS" in runs and np.isfinite(best):
                 out.append((cr["case"], runs["SGS"]["m"][key] / best))
             elif any(r["sampler"] == "SGS" for r in cr["runs"]):
@@ -209,8 +231,10 @@ def targets(case_results: list[dict]) -> list[str]:
     lines = []
     ill = ratios(lambda c: CASES[c]["kind"] == "illcond")
     well = ratios(lambda c: CASES[c]["kind"] in ("logistic", "poisson"))
-    for title, rs, thr in (("ill-conditioned logistic: SplitGibbs ESS/s >= 5x best NUTS", ill, 5.0),
-                           ("well-conditioned: >= 1x", well, 1.0)):
+    for title, rs, thr in (
+        ("ill-conditioned logistic: SplitGibbs ESS/s >= 5x best NUTS", ill, 5.0),
+        ("well-conditioned: >= 1x", well, 1.0),
+    ):
         if not rs:
             lines.append(f"- {title}: not measured (no such case run)")
             continue
@@ -222,24 +246,37 @@ def targets(case_results: list[dict]) -> list[str]:
         for cr in case_results:
             runs = {r["sampler"]: r for r in cr.get("runs", []) if "m" in r}
             if "SGS" in runs and "Laplace-MH" in runs:
-                vs.append(f"{cr['case']} {runs['SGS']['m'][key] / runs['Laplace-MH']['m'][key]:.2f}x")
+                vs.append(
+                    f"{cr['case']} {runs['SGS']['m'][key] / runs['Laplace-MH']['m'][key]:.2f}x"
+                )
         if vs:
-            lines.append(f"- issue 23 target 1: SplitGibbs min bulk ESS/s >= the exact Laplace-MH "
-                         f"baseline's ({how}): " + ", ".join(vs))
+            lines.append(
+                f"- issue 23 target 1: SplitGibbs min bulk ESS/s >= the exact Laplace-MH "
+                f"baseline's ({how}): " + ", ".join(vs)
+            )
     tail = ratios(lambda c: True, key="tail_per_s")
     if tail:
-        lines.append("- (not a target; for reading the bulk ratios) tail ESS/s, SplitGibbs / best "
-                     "NUTS: " + ", ".join(f"{c} {v:.2f}x" for c, v in tail))
-    sgs = [(cr["case"], r) for cr in case_results if not cr.get("skip")
-           for r in cr["runs"] if r["sampler"] == "SGS" and "m" in r and np.isfinite(r["m"]["bias"])]
+        lines.append(
+            "- (not a target; for reading the bulk ratios) tail ESS/s, SplitGibbs / best "
+            "NUTS: " + ", ".join(f"{c} {v:.2f}x" for c, v in tail)
+        )
+    sgs = [
+        (cr["case"], r)
+        for cr in case_results
+        if not cr.get("skip")
+        for r in cr["runs"]
+        if r["sampler"] == "SGS" and "m" in r and np.isfinite(r["m"]["bias"])
+    ]
     if sgs:
         worst_c, worst = max(sgs, key=lambda t: t[1]["m"]["bias"])
         n_sig = sum(r["m"]["n_sig"] for _, r in sgs)
         if worst["m"]["bias"] <= 0.1:
             verdict = "PASS"
         elif n_sig == 0:
-            verdict = ("FAIL on the point estimate, but not significant: no coefficient exceeds "
-                       "0.1 sd by more than 3 MC errors")
+            verdict = (
+                "FAIL on the point estimate, but not significant: no coefficient exceeds "
+                "0.1 sd by more than 3 MC errors"
+            )
         else:
             verdict = "FAIL"
         vals = ", ".join(f"{c} {r['m']['bias']:.3f} ± {r['m']['bias_se']:.3f}" for c, r in sgs)
@@ -258,28 +295,51 @@ def plot(case_results: list[dict], path: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ds = sorted({CASES[cr["case"]]["d"] for cr in case_results
-                 if CASES[cr["case"]]["kind"] == "logistic"})
+    ds = sorted(
+        {CASES[cr["case"]]["d"] for cr in case_results if CASES[cr["case"]]["kind"] == "logistic"}
+    )
     if not ds:
         return False
     fig, axes = plt.subplots(1, len(ds), figsize=(5.5 * len(ds), 4.2), squeeze=False)
     markers = dict(zip(SAMPLERS, "os^vDPXh"))
     for ax, d in zip(axes[0], ds):
-        crs = sorted((cr for cr in case_results if CASES[cr["case"]]["kind"] == "logistic"
-                      and CASES[cr["case"]]["d"] == d and not cr.get("skip")),
-                     key=lambda cr: CASES[cr["case"]]["n"])
+        crs = sorted(
+            (
+                cr
+                for cr in case_results
+                if CASES[cr["case"]]["kind"] == "logistic"
+                and CASES[cr["case"]]["d"] == d
+                and not cr.get("skip")
+            ),
+            key=lambda cr: CASES[cr["case"]]["n"],
+        )
         for s in SAMPLERS:
-            pts = [(CASES[cr["case"]]["n"], r["m"]["ess_per_s"]) for cr in crs for r in cr["runs"]
-                   if r["sampler"] == s and "m" in r]
+            pts = [
+                (CASES[cr["case"]]["n"], r["m"]["ess_per_s"])
+                for cr in crs
+                for r in cr["runs"]
+                if r["sampler"] == s and "m" in r
+            ]
             if pts:
                 ax.plot(*zip(*pts), marker=markers[s], label=s)
-        skipped = [CASES[cr["case"]]["n"] for cr in case_results
-                   if CASES[cr["case"]]["kind"] == "logistic" and CASES[cr["case"]]["d"] == d
-                   and cr.get("skip")]
+        skipped = [
+            CASES[cr["case"]]["n"]
+            for cr in case_results
+            if CASES[cr["case"]]["kind"] == "logistic"
+            and CASES[cr["case"]]["d"] == d
+            and cr.get("skip")
+        ]
         for n in skipped:
             ax.axvline(n, color="grey", ls=":", lw=1)
-            ax.text(n, 0.95, " skipped", transform=ax.get_xaxis_transform(), fontsize=8,
-                    color="grey", va="top")
+            ax.text(
+                n,
+                0.95,
+                " skipped",
+                transform=ax.get_xaxis_transform(),
+                fontsize=8,
+                color="grey",
+                va="top",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("n (observations)")
@@ -292,5 +352,3 @@ def plot(case_results: list[dict], path: Path):
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
-
-

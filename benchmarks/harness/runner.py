@@ -114,8 +114,11 @@ def _pm_sample(model, sampler, kw):
         if sampler == "nutpie":
             return pm.sample(nuts_sampler="nutpie", **kw)
         if sampler == "nutpie-lr":
-            return pm.sample(nuts_sampler="nutpie",
-                             nuts_sampler_kwargs={"low_rank_modified_mass_matrix": True}, **kw)
+            return pm.sample(
+                nuts_sampler="nutpie",
+                nuts_sampler_kwargs={"low_rank_modified_mass_matrix": True},
+                **kw,
+            )
     raise ValueError(sampler)
 
 
@@ -136,8 +139,14 @@ def run_sampler(job: dict) -> dict:
     name, sampler = job["case"], job["sampler"]
     X, y, prior_sd = make_data(name, job["data_seed"])
     chains, tune, draws, seed = job["chains"], job["tune"], job["draws"], job["seed"]
-    res = {"case": name, "sampler": sampler, "seed": seed, "chains": chains, "tune": tune,
-           "draws": draws}
+    res = {
+        "case": name,
+        "sampler": sampler,
+        "seed": seed,
+        "chains": chains,
+        "tune": tune,
+        "draws": draws,
+    }
     mon = MemoryMonitor()
     mon.start()
     cpu0 = cpu_seconds()
@@ -156,8 +165,16 @@ def run_sampler(job: dict) -> dict:
         # spawn-ed worker PyMC would default to "spawn", and then wrap nutpie's sampling in
         # threadpool_limits(blas_cores=cores), which makes OpenBLAS run 2 threads inside each of
         # nutpie's 2 chain threads: ~10x slower on 2 cores (measured, ill-conditioned d=50)
-        kw = dict(draws=draws, tune=tune, chains=chains, cores=chains, random_seed=seed,
-                  progressbar=False, compute_convergence_checks=False, mp_ctx="fork")
+        kw = dict(
+            draws=draws,
+            tune=tune,
+            chains=chains,
+            cores=chains,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+            mp_ctx="fork",
+        )
         idata = _pm_sample(model, sampler, kw)
         wall = time.perf_counter() - t0
         res["beta"] = np.asarray(idata.posterior["beta"].values, dtype=float)
@@ -172,8 +189,7 @@ def run_sampler(job: dict) -> dict:
                 sdw.append(float(np.nanstd(w / np.nanmean(w), ddof=1)))
             res.update(rho=rho.tolist(), sd_w=sdw, z_accept=float(np.nanmean(st["z_accept"])))
         elif sampler == "Laplace-MH":
-            res.update(accept=float(st["accept"].mean()),
-                       mh_beta=st["beta"].values[:, -1].tolist())
+            res.update(accept=float(st["accept"].mean()), mh_beta=st["beta"].values[:, -1].tolist())
         else:
             res["n_steps"] = float(st["n_steps"].mean())
             res["divergences"] = int(st["diverging"].sum())
@@ -216,8 +232,11 @@ def run_job(job: dict, timeout: float) -> dict:
             res = q.get(timeout=1.0)
         except Exception:  # noqa: BLE001  (queue.Empty)
             if not p.is_alive():
-                res = {"case": job["case"], "sampler": job["sampler"],
-                       "error": f"worker died (exit code {p.exitcode})"}
+                res = {
+                    "case": job["case"],
+                    "sampler": job["sampler"],
+                    "error": f"worker died (exit code {p.exitcode})",
+                }
             elif time.perf_counter() - t0 > timeout:
                 try:
                     os.killpg(p.pid, signal.SIGKILL)

@@ -47,10 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from _common import markdown_table, parse_args, write_text  # noqa: E402
 from scipy import stats  # noqa: E402
 from scipy.special import expit  # noqa: E402
-
-from _common import markdown_table, parse_args, write_text  # noqa: E402
 
 A_NORM = np.sqrt(0.5)
 EPS = 0.01
@@ -79,8 +78,10 @@ def kernel_sgs(rho):
     m_minus = (-A_NORM + t / r2) * s2
     w_plus = expit(2 * A_NORM * t / (1 + r2))  # ∝ exp(-(t - a)^2 / (2 (1 + r^2)))
     sd = np.sqrt(s2 + r2)
-    K = (w_plus * stats.norm.pdf(T_GRID[None, :], m_plus, sd)
-         + (1 - w_plus) * stats.norm.pdf(T_GRID[None, :], m_minus, sd)) * DT
+    K = (
+        w_plus * stats.norm.pdf(T_GRID[None, :], m_plus, sd)
+        + (1 - w_plus) * stats.norm.pdf(T_GRID[None, :], m_minus, sd)
+    ) * DT
     return K / K.sum(1, keepdims=True)
 
 
@@ -245,20 +246,34 @@ def main(argv=None):
             exact_s = law.var_perp()
             emp_s = float(np.mean(np.sum(theta[:, 1:] ** 2, 1)) / (d - 1))
             se_s = float(np.std(np.sum(theta[:, 1:] ** 2, 1)) / (d - 1) / np.sqrt(n_chains))
-            checks.append(f"{emp_t2:.3f}±{se_t2:.3f} vs {exact_t2:.3f}; {emp_s:.3f}±{se_s:.3f} vs {exact_s:.3f}")
+            checks.append(
+                f"{emp_t2:.3f}±{se_t2:.3f} vs {exact_t2:.3f}; {emp_s:.3f}±{se_s:.3f} vs {exact_s:.3f}"
+            )
             check_vals += [(emp_t2, se_t2, exact_t2), (emp_s, se_s, exact_s)]
         res[d] = (sgs, ula, sec_sgs, sec_ula, check_vals)
         paper = ""
         if d in PAPER_D:
             i = PAPER_D.index(d)
-            paper = (f"{PAPER_K_SGS[i]} / {PAPER_K_ULA[i]} ({PAPER_K_ULA[i] / PAPER_K_SGS[i]:.1f}); "
-                     f"CPU {PAPER_CPU_SGS[i]} / {PAPER_CPU_ULA[i]} s ({PAPER_CPU_ULA[i] / PAPER_CPU_SGS[i]:.1f})")
-        rows.append([
-            d, f"{sgs[0]} (rho {sgs[1]:.3f})", f"{ula[0]} (h {ula[1]:.4f})",
-            f"{ula[0] / sgs[0]:.1f}", f"{1e3 * sgs[0] * sec_sgs:.2f} / {1e3 * ula[0] * sec_ula:.2f}",
-            f"{(ula[0] * sec_ula) / (sgs[0] * sec_sgs):.1f}", checks[0], checks[1], paper,
-        ])
-        print(" | ".join(map(str, rows[-1])), f"[{time.perf_counter() - t_start:.0f} s]", flush=True)
+            paper = (
+                f"{PAPER_K_SGS[i]} / {PAPER_K_ULA[i]} ({PAPER_K_ULA[i] / PAPER_K_SGS[i]:.1f}); "
+                f"CPU {PAPER_CPU_SGS[i]} / {PAPER_CPU_ULA[i]} s ({PAPER_CPU_ULA[i] / PAPER_CPU_SGS[i]:.1f})"
+            )
+        rows.append(
+            [
+                d,
+                f"{sgs[0]} (rho {sgs[1]:.3f})",
+                f"{ula[0]} (h {ula[1]:.4f})",
+                f"{ula[0] / sgs[0]:.1f}",
+                f"{1e3 * sgs[0] * sec_sgs:.2f} / {1e3 * ula[0] * sec_ula:.2f}",
+                f"{(ula[0] * sec_ula) / (sgs[0] * sec_sgs):.1f}",
+                checks[0],
+                checks[1],
+                paper,
+            ]
+        )
+        print(
+            " | ".join(map(str, rows[-1])), f"[{time.perf_counter() - t_start:.0f} s]", flush=True
+        )
     text = (
         f"# Gaussian mixture (Section 5.2, Table 5) ({'quick' if args.quick else 'full'} run, seed "
         f"{args.seed})\n\n<!-- body -->\n\n"
@@ -268,8 +283,17 @@ def main(argv=None):
         f"({n_chains} chains run for K iterations): mean of t^2 (a-coordinate) and of "
         "||theta_perp||^2 / (d - 1), ± MCSE, vs the exact law.\n\n"
         + markdown_table(
-            ["d", "K SGS", "K ULA", "K ratio ULA/SGS", "CPU ms SGS / ULA", "CPU ratio",
-             "check SGS", "check ULA", "paper: K SGS / ULA (ratio); CPU"],
+            [
+                "d",
+                "K SGS",
+                "K ULA",
+                "K ratio ULA/SGS",
+                "CPU ms SGS / ULA",
+                "CPU ratio",
+                "check SGS",
+                "check ULA",
+                "paper: K SGS / ULA (ratio); CPU",
+            ],
             rows,
         )
         + "\n\nThe paper's K are upper bounds from theory (Theorem 16 for SGS, Dalalyan 2017 for "

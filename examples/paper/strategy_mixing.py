@@ -42,8 +42,8 @@ import arviz as az  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
-
 from _common import markdown_table, parse_args, write_text  # noqa: E402
+
 from pymc_sgs.families import FAMILIES  # noqa: E402
 from pymc_sgs.kernel import SplitGibbsKernel  # noqa: E402
 from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm  # noqa: E402
@@ -63,16 +63,23 @@ def design(r, rng):
 
 def problem(X, y):
     term = SplitTerm("y", BERN, X, np.zeros(N), y)
-    return SplitProblem((ParamSlice("beta", (D,), 0, D),), np.zeros(D), np.eye(D) / PRIOR_SD**2,
-                        (term,))
+    return SplitProblem(
+        (ParamSlice("beta", (D,), 0, D),), np.zeros(D), np.eye(D) / PRIOR_SD**2, (term,)
+    )
 
 
 def nuts_reference(X, y, draws, seed):
     with pm.Model():
         beta = pm.Normal("beta", 0, PRIOR_SD, shape=D)
         pm.Bernoulli("y", logit_p=pm.math.dot(X, beta), observed=y)
-        idata = pm.sample(draws=draws, tune=1000, chains=2, random_seed=seed, progressbar=False,
-                          compute_convergence_checks=False)
+        idata = pm.sample(
+            draws=draws,
+            tune=1000,
+            chains=2,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
     x = idata.posterior["beta"].values.reshape(-1, D)
     return x.mean(0), x.std(0)
 
@@ -91,8 +98,10 @@ def predicted_iat(X, y, strategy, rho, m_ref):
     if strategy == 1:
         G = np.linalg.solve(X.T @ X + rho**2 * P, (X.T / (1 + rho**2 * w)) @ X)
     else:
-        S = sum(np.linalg.inv(np.eye(D) + rho**2 * (X[s].T * w[s]) @ X[s])
-                for s in np.array_split(np.arange(N), B))
+        S = sum(
+            np.linalg.inv(np.eye(D) + rho**2 * (X[s].T * w[s]) @ X[s])
+            for s in np.array_split(np.arange(N), B)
+        )
         G = np.linalg.solve(B * np.eye(D) + rho**2 * P, S)
     lam = float(np.max(np.abs(np.linalg.eigvals(G))))
     return (1 + lam) / (1 - lam)
@@ -138,16 +147,28 @@ def main(argv=None):
             bias = np.max(np.abs(x.mean(0) - m_ref) / sd_ref)
             mcse = np.max(az.mcse(az.convert_to_dataset(x[None]))["x"].values / sd_ref)
             res[(name, r)] = (iat, bias, ess.min() / secs, iat_pred)
-            rows.append([
-                r, f"{kappa:.1f}", name, f"{float(kernel.rho):.4f}", f"{iat:.1f} (ESS {ess.min():.0f})",
-                f"{iat_pred:.1f}",
-                f"{bias:.3f} (MCSE {mcse:.3f})", f"{props:.3f}", f"{secs:.1f}",
-                f"{ess.min() / secs:.1f}",
-            ])
+            rows.append(
+                [
+                    r,
+                    f"{kappa:.1f}",
+                    name,
+                    f"{float(kernel.rho):.4f}",
+                    f"{iat:.1f} (ESS {ess.min():.0f})",
+                    f"{iat_pred:.1f}",
+                    f"{bias:.3f} (MCSE {mcse:.3f})",
+                    f"{props:.3f}",
+                    f"{secs:.1f}",
+                    f"{ess.min() / secs:.1f}",
+                ]
+            )
             print(" | ".join(map(str, rows[-1])), flush=True)
     ratio_rows = [
-        [r, f"{res[(f'strategy 2 (b={B})', r)][0] / res[('strategy 1', r)][0]:.1f}",
-         f"{res[(f'strategy 2 (b={B})', r)][3] / res[('strategy 1', r)][3]:.1f}"] for r in rs
+        [
+            r,
+            f"{res[(f'strategy 2 (b={B})', r)][0] / res[('strategy 1', r)][0]:.1f}",
+            f"{res[(f'strategy 2 (b={B})', r)][3] / res[('strategy 1', r)][3]:.1f}",
+        ]
+        for r in rs
     ]
     text = (
         f"# Strategy 1 vs strategy 2 mixing on correlated designs ({'quick' if args.quick else 'full'}"
@@ -157,9 +178,18 @@ def main(argv=None):
         f"(equal bias budget); T = {T} sweeps after {burn} burn-in from the NUTS mean, exact z-draws (alpha = 0); "
         f"NUTS reference: 2 chains x {nuts_draws}.\n\n"
         + markdown_table(
-            ["r", "max kappa(X_s^T X_s)", "sampler", "rho", "IAT measured (sweeps)",
-             "IAT predicted (Gaussian approx.)", "bias (sd units)",
-             "proposals per z-draw", "seconds", "min ESS / s"],
+            [
+                "r",
+                "max kappa(X_s^T X_s)",
+                "sampler",
+                "rho",
+                "IAT measured (sweeps)",
+                "IAT predicted (Gaussian approx.)",
+                "bias (sd units)",
+                "proposals per z-draw",
+                "seconds",
+                "min ESS / s",
+            ],
             rows,
         )
         + "\n\nIAT ratio strategy 2 / strategy 1:\n\n"
@@ -176,9 +206,16 @@ def main(argv=None):
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for name, mk in (("strategy 1", "o"), (f"strategy 2 (b={B})", "s")):
-        line, = ax.semilogy(rs, [res[(name, r)][0] for r in rs], mk + "-", label=f"{name}, measured")
-        ax.semilogy(rs, [res[(name, r)][3] for r in rs], mk + ":", color=line.get_color(),
-                    label=f"{name}, predicted")
+        (line,) = ax.semilogy(
+            rs, [res[(name, r)][0] for r in rs], mk + "-", label=f"{name}, measured"
+        )
+        ax.semilogy(
+            rs,
+            [res[(name, r)][3] for r in rs],
+            mk + ":",
+            color=line.get_color(),
+            label=f"{name}, predicted",
+        )
     ax.set_xlabel("correlation of the covariates r")
     ax.set_ylabel("IAT (sweeps per effective draw)")
     ax.set_title(f"equal bias budget (delta = {DELTA})")

@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-
 from _common import markdown_table, parse_args, rademacher_logistic, write_text  # noqa: E402
+
 from pymc_sgs.conditionals import find_z_mode  # noqa: E402
 from pymc_sgs.families import FAMILIES  # noqa: E402
 from pymc_sgs.kernel import SplitGibbsKernel  # noqa: E402
@@ -135,21 +135,33 @@ def main(argv=None):
             for j, b in enumerate(SHARDS):
                 m2, x2, r2, st = run_strategy2(X, y, b, T, rng, burn)
                 cells[(f"SGS 2 (b={b})", d, n)] = (m2, x2, r2, st)
-            print(f"d={d:3d} n={n:6d}  SGS1 {m1:.3f}/{x1:.3f} (rho {r1:.3f})  " + "  ".join(
-                f"b={b}: {cells[(f'SGS 2 (b={b})', d, n)][0]:.3f}/{cells[(f'SGS 2 (b={b})', d, n)][1]:.3f}"
-                for b in SHARDS
-            ) + f"   [{time.perf_counter() - t0:.0f} s]", flush=True)
+            print(
+                f"d={d:3d} n={n:6d}  SGS1 {m1:.3f}/{x1:.3f} (rho {r1:.3f})  "
+                + "  ".join(
+                    f"b={b}: {cells[(f'SGS 2 (b={b})', d, n)][0]:.3f}/{cells[(f'SGS 2 (b={b})', d, n)][1]:.3f}"
+                    for b in SHARDS
+                )
+                + f"   [{time.perf_counter() - t0:.0f} s]",
+                flush=True,
+            )
     rows_ours = ["SGS 1"] + [f"SGS 2 (b={b})" for b in SHARDS]
     header = ["strategy"] + [f"d={d}, n={n}" for d in DS for n in ns]
     paper_idx = [DS.index(d) * 3 + NS.index(n) for d in DS for n in ns]
     rows = []
     for ours, paper in zip(rows_ours, PAPER):
-        rows.append([ours + " (ours: mean / max)"] + [
-            f"{cells[(ours, d, n)][0]:.3f} / {cells[(ours, d, n)][1]:.3f}" for d in DS for n in ns
-        ])
+        rows.append(
+            [ours + " (ours: mean / max)"]
+            + [
+                f"{cells[(ours, d, n)][0]:.3f} / {cells[(ours, d, n)][1]:.3f}"
+                for d in DS
+                for n in ns
+            ]
+        )
         rows.append([paper + " (paper)"] + [f"{PAPER[paper][i]:.2f}" for i in paper_idx])
     rho_rows = [[r] + [f"{cells[(r, d, n)][2]:.3g}" for d in DS for n in ns] for r in rows_ours]
-    step_rows = [[r] + [f"{cells[(r, d, n)][3]:.1f}" for d in DS for n in ns] for r in rows_ours[1:]]
+    step_rows = [
+        [r] + [f"{cells[(r, d, n)][3]:.1f}" for d in DS for n in ns] for r in rows_ours[1:]
+    ]
     text = (
         f"# Table 6: proposals per exact z-draw ({'quick run' if args.quick else 'full run'}, "
         f"T = {T} sweeps after {burn} burn-in, seed {args.seed})\n\n<!-- body -->\n\n"
@@ -157,7 +169,8 @@ def main(argv=None):
         "reports the latter). The paper's b values were lost from our copy of the text; its "
         "three SGS 2 rows are listed in order next to ours (b = 2, 5, 10).\n\n"
         + markdown_table(header, rows)
-        + f"\n\nrho used (rho_i^2 = {C_RHO} / (d_i L_i)):\n\n" + markdown_table(header, rho_rows)
+        + f"\n\nrho used (rho_i^2 = {C_RHO} / (d_i L_i)):\n\n"
+        + markdown_table(header, rho_rows)
         + "\n\nmean gradient steps of the minimiser search (Remark 4) per shard draw:\n\n"
         + markdown_table(header, step_rows)
     )

@@ -48,9 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from _common import markdown_table, parse_args, write_text  # noqa: E402
 from scipy import integrate, stats  # noqa: E402
 
-from _common import markdown_table, parse_args, write_text  # noqa: E402
 from pymc_sgs.families import FAMILIES  # noqa: E402
 from pymc_sgs.kernel import SplitGibbsKernel  # noqa: E402
 from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm  # noqa: E402
@@ -98,8 +98,14 @@ def w1_sample_vs_gauss(x, m, s, n_grid=20001):
 
 def split_problem(b):
     """The toy model as a split problem: b Normal 'observations' y_i = mu with sd sqrt(b) sigma."""
-    term = SplitTerm("y", FAMILIES["normal"], np.ones((b, 1)), np.zeros(b), np.full(b, MU),
-                     np.full(b, np.sqrt(b) * SIGMA))
+    term = SplitTerm(
+        "y",
+        FAMILIES["normal"],
+        np.ones((b, 1)),
+        np.zeros(b),
+        np.full(b, MU),
+        np.full(b, np.sqrt(b) * SIGMA),
+    )
     return SplitProblem((ParamSlice("theta", (1,), 0, 1),), np.zeros(1), np.zeros((1, 1)), (term,))
 
 
@@ -161,9 +167,17 @@ def main(argv=None):
                 var_hat = se_var = w1_emp = np.nan
                 emp = ("not run", "not run")
             bias[strategy].append((rho, exact_tv, exact_w1, var_hat, s_rho**2, se_var, w1_emp))
-            bias_rows.append([
-                strategy, b, rho, f"{exact_tv:.3g}", f"{exact_w1:.3g}", f"{s_rho**2:.4f}", *emp,
-            ])
+            bias_rows.append(
+                [
+                    strategy,
+                    b,
+                    rho,
+                    f"{exact_tv:.3g}",
+                    f"{exact_w1:.3g}",
+                    f"{s_rho**2:.4f}",
+                    *emp,
+                ]
+            )
     print(f"bias part done [{time.perf_counter() - t0:.0f} s]", flush=True)
 
     def slope(xs, ys):
@@ -172,7 +186,8 @@ def main(argv=None):
     small = slice(0, 4)  # rho <= 0.4: the asymptotic regime
     slopes = {
         (s, k): slope([r[0] for r in bias[s]][small], [r[k] for r in bias[s]][small])
-        for s in (1, 2) for k in (1, 2)
+        for s in (1, 2)
+        for k in (1, 2)
     }
 
     # ---- convergence against iterations
@@ -195,12 +210,22 @@ def main(argv=None):
         rates[strategy] = (a, a_hat)
         for t in [1, 2, 5, 10, 20, n_iter]:
             se_m = np.sqrt(max(v_t[t], 1e-300) / n_chains)
-            conv_rows.append([
-                strategy, t, f"{m_t[t]:.4f}", f"{ens[t].mean():.4f} ± {se_m:.4f}",
-                f"{v_t[t]:.4f}", f"{ens[t].var():.4f}", f"{tv[t]:.3g}", f"{w1[t]:.3g}",
-                f"{w1_emp[t]:.3g}",
-            ])
-        conv_rows.append([strategy, "rate", f"a = {a:.4f}", f"fitted {a_hat:.4f}", "", "", "", "", ""])
+            conv_rows.append(
+                [
+                    strategy,
+                    t,
+                    f"{m_t[t]:.4f}",
+                    f"{ens[t].mean():.4f} ± {se_m:.4f}",
+                    f"{v_t[t]:.4f}",
+                    f"{ens[t].var():.4f}",
+                    f"{tv[t]:.3g}",
+                    f"{w1[t]:.3g}",
+                    f"{w1_emp[t]:.3g}",
+                ]
+            )
+        conv_rows.append(
+            [strategy, "rate", f"a = {a:.4f}", f"fitted {a_hat:.4f}", "", "", "", "", ""]
+        )
     print(f"convergence part done [{time.perf_counter() - t0:.0f} s]", flush=True)
 
     text = (
@@ -210,8 +235,16 @@ def main(argv=None):
         "b = 1 (A = I), bias in W1, as in the paper's Figure 2.\n\n"
         "**Bias of pi_rho against rho (exact, and empirical from the kernels)**\n\n"
         + markdown_table(
-            ["strategy", "b", "rho", "TV(pi_rho, pi) exact", "W1(pi_rho, pi) exact",
-             "var pi_rho exact", f"var of chain ({n_long} sweeps) ± MCSE", "W1(chain, pi) empirical"],
+            [
+                "strategy",
+                "b",
+                "rho",
+                "TV(pi_rho, pi) exact",
+                "W1(pi_rho, pi) exact",
+                "var pi_rho exact",
+                f"var of chain ({n_long} sweeps) ± MCSE",
+                "W1(chain, pi) empirical",
+            ],
             bias_rows,
         )
         + "\n\nLog-log slopes of the exact bias for rho <= 0.4 (paper: O(rho^2) decay here):\n\n"
@@ -222,8 +255,17 @@ def main(argv=None):
         + f"\n\n**Convergence to pi_rho against iterations (rho = {rho_conv}, theta_0 = {THETA0}, "
         f"{n_chains} independent chains)**\n\n"
         + markdown_table(
-            ["strategy", "t", "mean exact", "mean chains ± MCSE", "var exact", "var chains",
-             "TV(law_t, pi_rho) exact", "W1 exact", "W1 empirical"],
+            [
+                "strategy",
+                "t",
+                "mean exact",
+                "mean chains ± MCSE",
+                "var exact",
+                "var chains",
+                "TV(law_t, pi_rho) exact",
+                "W1 exact",
+                "W1 empirical",
+            ],
             conv_rows,
         )
         + "\n\nThe exact TV and W1 decay like a^t (a the AR(1) coefficient); the paper reports that "

@@ -16,8 +16,22 @@ from .base import Backend
 from .dask import DaskBackend
 from .local import LocalBackend
 from .shard import ShardWorker
-from .sharded import (SamplingStopped, ShardedKernel, ShardLostError, ShardLostWarning,
-                      ShardsUnreachable)
+from .sharded import (
+    SamplingStopped,
+    ShardedKernel,
+    ShardLostError,
+    ShardLostWarning,
+    ShardsUnreachable,
+)
 
-__all__ = ["Backend", "LocalBackend", "DaskBackend", "ShardLostError", "ShardLostWarning",
-           "SamplingStopped", "ShardsUnreachable", "ShardedKernel", "ShardWorker"]
+__all__ = [
+    "Backend",
+    "LocalBackend",
+    "DaskBackend",
+    "ShardLostError",
+    "ShardLostWarning",
+    "SamplingStopped",
+    "ShardsUnreachable",
+    "ShardedKernel",
+    "ShardWorker",
+]

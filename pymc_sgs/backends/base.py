@@ -17,8 +17,9 @@ class Backend:
     #: whether the back end supports one rho per row
     per_row_rho = True
 
-    def build_kernel(self, problem, rho, alpha, log_weights, theta_solver="auto",
-                     dtype="float64"):  # pragma: no cover - interface
+    def build_kernel(
+        self, problem, rho, alpha, log_weights, theta_solver="auto", dtype="float64"
+    ):  # pragma: no cover - interface
         """The kernel for ``problem``; raises ``ValueError`` for what it cannot run."""
         raise NotImplementedError
 
@@ -35,6 +36,4 @@ def check_sharded_options(theta_solver, dtype, where: str) -> None:
             "d x d Gram matrix reduced from the shards; use theta_solver='auto' or 'cholesky'."
         )
     if dtype != "float64":
-        raise ValueError(
-            f"dtype={dtype!r} is not available with {where}; use dtype='float64'."
-        )
+        raise ValueError(f"dtype={dtype!r} is not available with {where}; use dtype='float64'.")

@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import functools
 import time
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,9 @@ def _check_data_arg(value, name, ndim):
         return None
     if _is_dask_array(value):
         if value.ndim != ndim:
-            raise ValueError(f"{name} must be {ndim}-D; received a dask array of shape {value.shape}.")
+            raise ValueError(
+                f"{name} must be {ndim}-D; received a dask array of shape {value.shape}."
+            )
         if any(np.isnan(c) for c in value.chunks[0]):
             raise ValueError(
                 f"{name} has unknown chunk sizes (e.g. from dask.dataframe); convert it with "
@@ -107,8 +110,16 @@ class DaskBackend(Backend):
 
     per_row_rho = False
 
-    def __init__(self, client, X=None, y=None, offset=None, trials=None, n_shards=None,
-                 timeout=None):
+    def __init__(
+        self,
+        client: Any,
+        X: Any = None,
+        y: Any = None,
+        offset: Any = None,
+        trials: Any = None,
+        n_shards: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
         try:
             from distributed import Client
         except ImportError as err:  # pragma: no cover - optional dependency
@@ -204,8 +215,7 @@ class DaskBackend(Backend):
             return sorted(futs, key=lambda f: f.key[1])
         workers = self._workers()
         return [
-            self.client.scatter(v, workers=[workers[k % len(workers)]])
-            for k, v in enumerate(value)
+            self.client.scatter(v, workers=[workers[k % len(workers)]]) for k, v in enumerate(value)
         ]
 
     def _chunk_future(self, value, k, worker):
@@ -230,7 +240,8 @@ class DaskBackend(Backend):
         X_f = self._chunk_futures(self.X)
         others = {
             name: self._chunk_futures(getattr(self, name))
-            for name in ("y", "offset", "trials") if getattr(self, name) is not None
+            for name in ("y", "offset", "trials")
+            if getattr(self, name) is not None
         }
         who = self.client.who_has(X_f)
         workers = self._workers()
@@ -240,8 +251,15 @@ class DaskBackend(Backend):
             w = holders[0] if holders else workers[k % len(workers)]
             kwargs = {name: futs[k] for name, futs in others.items()}
             prob = self.client.submit(
-                shard_problem_from_arrays, term.name, term.family, problem.d, xf,
-                kwargs.pop("y"), workers=[w], pure=False, **kwargs,
+                shard_problem_from_arrays,
+                term.name,
+                term.family,
+                problem.d,
+                xf,
+                kwargs.pop("y"),
+                workers=[w],
+                pure=False,
+                **kwargs,
             )
             out.append((prob, w))
         return out, functools.partial(self._user_data_shard, term, problem.d)
@@ -249,15 +267,22 @@ class DaskBackend(Backend):
     def _user_data_shard(self, term, d, k, worker):
         arrays = {
             name: self._chunk_future(getattr(self, name), k, worker)
-            for name in ("X", "y", "offset", "trials") if getattr(self, name) is not None
+            for name in ("X", "y", "offset", "trials")
+            if getattr(self, name) is not None
         }
         return self.client.submit(
-            shard_problem_from_arrays, term.name, term.family, d, arrays.pop("X"),
-            arrays.pop("y"), workers=[worker], pure=False, **arrays,
+            shard_problem_from_arrays,
+            term.name,
+            term.family,
+            d,
+            arrays.pop("X"),
+            arrays.pop("y"),
+            workers=[worker],
+            pure=False,
+            **arrays,
         )
 
-    def build_kernel(self, problem, rho, alpha, log_weights, theta_solver="auto",
-                     dtype="float64"):
+    def build_kernel(self, problem, rho, alpha, log_weights, theta_solver="auto", dtype="float64"):
         check_sharded_options(theta_solver, dtype, "DaskBackend")
         if self.X is None:
             shards, shard_data = self._model_data_shards(problem)
@@ -269,15 +294,21 @@ class DaskBackend(Backend):
             self.client.submit(ShardWorker, prob, alpha, actor=True, workers=[w], pure=False)
             for prob, w in shards
         ]
-        transport = DaskShards(self.client, actors, [w for _, w in shards], self.timeout,
-                               rebuild=functools.partial(self._new_actor, shard_data, alpha))
+        transport = DaskShards(
+            self.client,
+            actors,
+            [w for _, w in shards],
+            self.timeout,
+            rebuild=functools.partial(self._new_actor, shard_data, alpha),
+        )
         return ShardedKernel(problem, transport, rho, alpha, log_weights)
 
     def _new_actor(self, shard_data, alpha, k, worker):
         """Future of a fresh actor for shard ``k`` on ``worker``, its rows sent again."""
         prob = shard_data(k, worker)
-        return self.client.submit(ShardWorker, prob, alpha, actor=True, workers=[worker],
-                                  pure=False)
+        return self.client.submit(
+            ShardWorker, prob, alpha, actor=True, workers=[worker], pure=False
+        )
 
 
 class DaskShards:
@@ -322,11 +353,15 @@ class DaskShards:
         """Why no shard can be reached through the client, or None when it is usable."""
         status = getattr(self.client, "status", "running")
         if status in ("closing", "closed"):
-            return ("the Dask client was closed (client.close()), and without a client no shard "
-                    "can be reached or rebuilt")
+            return (
+                "the Dask client was closed (client.close()), and without a client no shard "
+                "can be reached or rebuilt"
+            )
         if status != "running":
-            return (f"the Dask client is not connected to its scheduler (status {status!r}), so "
-                    "no shard can be reached or rebuilt")
+            return (
+                f"the Dask client is not connected to its scheduler (status {status!r}), so "
+                "no shard can be reached or rebuilt"
+            )
         return None
 
     def _wait(self, future, timeout):
@@ -356,8 +391,9 @@ class DaskShards:
         index = range(len(self.actors)) if shards is None else list(shards)
         gone = self._client_gone()
         if gone:
-            raise ShardsUnreachable(gone, [None] * len(index),
-                                    {k: f"on worker {self.workers[k]}" for k in index}, gone)
+            raise ShardsUnreachable(
+                gone, [None] * len(index), {k: f"on worker {self.workers[k]}" for k in index}, gone
+            )
         pending, lost = [], {}
         for k, args in zip(index, args_per_shard):
             try:
@@ -386,8 +422,9 @@ class DaskShards:
             out.append(result)
         if lost:
             gone = self._client_gone()
-            raise ShardsUnreachable(gone or f"shards {sorted(lost)} did not answer", out, lost,
-                                    gone)
+            raise ShardsUnreachable(
+                gone or f"shards {sorted(lost)} did not answer", out, lost, gone
+            )
         return out
 
     def replace(self, k) -> str:
@@ -409,7 +446,8 @@ class DaskShards:
             alive = [w for w in self.client.scheduler_info()["workers"] if w not in self._dead]
             if not alive:
                 raise ShardsUnreachable(
-                    "no worker", fatal="no live worker is left in the cluster to take its rows")
+                    "no worker", fatal="no live worker is left in the cluster to take its rows"
+                )
             # the least loaded live worker
             worker = min(alive, key=lambda w: (self.workers.count(w), w))
             try:
@@ -423,8 +461,10 @@ class DaskShards:
                     continue
                 raise ShardsUnreachable(
                     "cannot rebuild",
-                    fatal=(f"its rows could not be loaded again on worker {worker} "
-                           f"({type(err).__name__}: {err})"),
+                    fatal=(
+                        f"its rows could not be loaded again on worker {worker} "
+                        f"({type(err).__name__}: {err})"
+                    ),
                 ) from err
             self.actor_futures[k], self.actors[k], self.workers[k] = future, actor, worker
             return f"worker {worker}"

@@ -84,11 +84,11 @@ class LocalBackend(Backend):
         self.dtype = dtype
         self.per_row_rho = n_shards is None
 
-    def build_kernel(self, problem, rho, alpha, log_weights, theta_solver="auto",
-                     dtype="float64"):
+    def build_kernel(self, problem, rho, alpha, log_weights, theta_solver="auto", dtype="float64"):
         if self.n_shards is None:
-            return SplitGibbsKernel(problem, rho, alpha, log_weights=log_weights,
-                                    theta_solver=theta_solver, dtype=dtype)
+            return SplitGibbsKernel(
+                problem, rho, alpha, log_weights=log_weights, theta_solver=theta_solver, dtype=dtype
+            )
         check_sharded_options(theta_solver, dtype, self.describe())
         check_n_shards(self.n_shards, problem)
         workers = [ShardWorker(p, alpha) for p in split_rows(problem, self.n_shards)]

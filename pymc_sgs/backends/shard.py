@@ -44,7 +44,9 @@ def row_shard(problem: SplitProblem, n_shards: int, k: int) -> SplitProblem:
         trials = None if term.trials is None else np.broadcast_to(term.trials, (term.n,))[sl]
         terms.append(
             SplitTerm(
-                name=term.name, family=term.family, A=np.ascontiguousarray(term.A[sl]),
+                name=term.name,
+                family=term.family,
+                A=np.ascontiguousarray(term.A[sl]),
                 offset=np.ascontiguousarray(np.broadcast_to(term.offset, (term.n,))[sl]),
                 y=np.ascontiguousarray(term.y[sl]),
                 trials=None if trials is None else np.ascontiguousarray(trials),
@@ -74,14 +76,20 @@ def shard_problem_from_arrays(name, family, d, X, y, offset=None, trials=None) -
     if not np.all(np.isfinite(X)):
         raise ValueError("X must be finite; a chunk contains NaN/inf values.")
     n = X.shape[0]
-    off = np.zeros(n) if offset is None else np.broadcast_to(np.asarray(offset, float).ravel(), (n,))
+    off = (
+        np.zeros(n) if offset is None else np.broadcast_to(np.asarray(offset, float).ravel(), (n,))
+    )
     if not np.all(np.isfinite(off)):
         raise ValueError("offset must be finite; a chunk contains NaN/inf values.")
     tr = None if trials is None else np.broadcast_to(np.asarray(trials, float).ravel(), (n,))
     family.validate(y, tr, "y")
     term = SplitTerm(
-        name=name, family=family, A=np.ascontiguousarray(X), offset=np.ascontiguousarray(off),
-        y=np.ascontiguousarray(y), trials=None if tr is None else np.ascontiguousarray(tr),
+        name=name,
+        family=family,
+        A=np.ascontiguousarray(X),
+        offset=np.ascontiguousarray(off),
+        y=np.ascontiguousarray(y),
+        trials=None if tr is None else np.ascontiguousarray(tr),
     )
     return _rows_only_problem([term], d)
 
@@ -107,15 +115,20 @@ def _with_own_arrays(problem: SplitProblem) -> SplitProblem:
     """
     terms = tuple(
         SplitTerm(
-            name=t.name, family=t.family, A=np.array(t.A, dtype=float, order="C"),
-            offset=np.array(t.offset, dtype=float), y=np.array(t.y, dtype=float),
+            name=t.name,
+            family=t.family,
+            A=np.array(t.A, dtype=float, order="C"),
+            offset=np.array(t.offset, dtype=float),
+            y=np.array(t.y, dtype=float),
             trials=None if t.trials is None else np.array(t.trials, dtype=float),
         )
         for t in problem.split_terms
     )
     return SplitProblem(
-        params=problem.params, prior_mean=problem.prior_mean,
-        prior_precision=problem.prior_precision, split_terms=terms,
+        params=problem.params,
+        prior_mean=problem.prior_mean,
+        prior_precision=problem.prior_precision,
+        split_terms=terms,
     )
 
 
@@ -135,8 +148,9 @@ class ShardWorker:
         As for :class:`~pymc_sgs.kernel.SplitGibbsKernel`.
     """
 
-    def __init__(self, problem: SplitProblem, alpha: float, n_nodes: int = N_NODES,
-                 engine: str = "auto"):
+    def __init__(
+        self, problem: SplitProblem, alpha: float, n_nodes: int = N_NODES, engine: str = "auto"
+    ):
         problem = _with_own_arrays(problem)
         self.kernel = SplitGibbsKernel(problem, 1.0, alpha, n_nodes=n_nodes, engine=engine)
         self.n = problem.n_split

@@ -44,8 +44,16 @@ from ..shift import ShiftMove, mean_offset_from_rhs
 from ..start import kernel_neg_log_posterior
 from ..weights import N_NODES
 
-__all__ = ["ShardedKernel", "ShardedZ", "ShardLostError", "ShardLostWarning", "SamplingStopped",
-           "ShardsUnreachable", "ReducedThetaConditional", "ShardedShiftMove"]
+__all__ = [
+    "ShardedKernel",
+    "ShardedZ",
+    "ShardLostError",
+    "ShardLostWarning",
+    "SamplingStopped",
+    "ShardsUnreachable",
+    "ReducedThetaConditional",
+    "ShardedShiftMove",
+]
 
 
 class ShardLostError(RuntimeError):
@@ -111,8 +119,9 @@ class ReducedThetaConditional(GaussianThetaConditional):
     def __init__(self, prior_precision, prior_mean, split_gram, rho, gaussian_terms=()):
         self._reduced_gram = np.asarray(split_gram, dtype=float)
         d = self._reduced_gram.shape[0]
-        super().__init__(prior_precision, prior_mean, np.zeros((0, d)), np.zeros(0), rho,
-                         gaussian_terms)
+        super().__init__(
+            prior_precision, prior_mean, np.zeros((0, d)), np.zeros(0), rho, gaussian_terms
+        )
 
     def _set_split_precision(self, rho) -> None:
         rho = np.asarray(rho, dtype=float)
@@ -180,8 +189,15 @@ class ShardedKernel:
     #: rebuild rounds for the shards lost in one call (a rebuilt shard can be lost again)
     MAX_REBUILDS = 3
 
-    def __init__(self, problem, transport, rho, alpha: float = 0.0, log_weights: bool = False,
-                 n_nodes: int = N_NODES):
+    def __init__(
+        self,
+        problem,
+        transport,
+        rho,
+        alpha: float = 0.0,
+        log_weights: bool = False,
+        n_nodes: int = N_NODES,
+    ):
         self.problem = problem
         self.transport = transport
         self.alpha = validate_alpha(alpha)
@@ -194,7 +210,10 @@ class ShardedKernel:
         gram = np.sum([g for _, g in summaries], axis=0)
         self.rho = _scalar_rho(rho)
         self.theta_conditional = ReducedThetaConditional(
-            problem.prior_precision, problem.prior_mean, gram, self.rho,
+            problem.prior_precision,
+            problem.prior_mean,
+            gram,
+            self.rho,
             [(t.A, t.offset, t.y) for t in problem.gaussian_terms],
         )
         fixed = [t.sigma for t in problem.gaussian_terms]
@@ -217,8 +236,7 @@ class ShardedKernel:
         # rows whose z | theta has no exact sampler (non-log-concave: moved by MH) cannot
         # be redrawn exactly, so losing them ends the run instead
         self._redrawable = all(
-            t.family.piecewise_linear or t.family.log_concave
-            for t in problem.split_terms
+            t.family.piecewise_linear or t.family.log_concave for t in problem.split_terms
         )
         # draws started (this chain, since construction) and which calls count them
         self._chain_draws = self._total_draws = 0
@@ -366,7 +384,9 @@ class ShardedKernel:
                 self._stop(
                     "its z cannot be redrawn exactly (a likelihood that is not log-concave, "
                     "whose z moves by Metropolis-Hastings), and a z that is not a draw from "
-                    "z | theta would bias the chain", lost)
+                    "z | theta would bias the chain",
+                    lost,
+                )
             places = {}
             for k in to_replace:
                 try:
@@ -377,8 +397,9 @@ class ShardedKernel:
                 if redraw:
                     theta = self._theta if at is None else at
                     seeds = self._seeds.spawn(len(todo))
-                    self.transport.call("start", [(s, theta, self._rho()) for s in seeds],
-                                        shards=todo)
+                    self.transport.call(
+                        "start", [(s, theta, self._rho()) for s in seeds], shards=todo
+                    )
                     self.regenerations += 1
                 self._warn_rebuilt({k: lost[k] for k in to_replace}, places, redraw)
                 if self._abort_on_loss:
@@ -392,13 +413,15 @@ class ShardedKernel:
             for k, r in zip(todo, redo):
                 results[k] = r
             return results
-        self._stop(f"the rebuilt shards were lost again {self.MAX_REBUILDS} times", lost,
-                   rebuildable=False)
+        self._stop(
+            f"the rebuilt shards were lost again {self.MAX_REBUILDS} times", lost, rebuildable=False
+        )
 
     def _warn_rebuilt(self, lost, places, redrawn) -> None:
         what = (
             "and its z redrawn from z | theta at the chain's current theta (an exact Gibbs "
-            "update of that block, so the chain keeps its target)" if redrawn
+            "update of that block, so the chain keeps its target)"
+            if redrawn
             else "before its chain had started (nothing else changes)"
         )
         for k in sorted(lost):
@@ -413,27 +436,38 @@ class ShardedKernel:
         """End the run: ShardLostError before any draw, else warn and stop ``pm.sample``."""
         if rebuildable:
             where = ", ".join(f"shard {k} ({lost[k]})" for k in sorted(lost))
-            what = (f"SplitGibbs lost {where}; {'it' if len(lost) == 1 else 'they'} cannot be "
-                    f"rebuilt: {reason}.")
+            what = (
+                f"SplitGibbs lost {where}; {'it' if len(lost) == 1 else 'they'} cannot be "
+                f"rebuilt: {reason}."
+            )
         else:
             what = f"SplitGibbs cannot reach its shards: {reason}."
-        fix = ("To go on, construct a new SplitGibbs with a new DaskBackend on a working "
-               "client and cluster, and sample again.")
+        fix = (
+            "To go on, construct a new SplitGibbs with a new DaskBackend on a working "
+            "client and cluster, and sample again."
+        )
         chain = self._chain_draws - self._in_draw
         if self._total_draws - self._in_draw <= 0:
             raise ShardLostError(f"{what} Nothing had been sampled yet. {fix}")
         # PyMC then keeps what a keyboard interrupt keeps; with nothing but tuning draws (and
         # discard_tuned_samples=True) it has nothing to return and says so
         if chain > 0:
-            kept = (f"pm.sample returns the {chain} draws of this chain made so far and the "
-                    "chains before it, as after an interrupt (tuning draws are counted here and "
-                    "dropped by pm.sample as usual; if there are only tuning draws, PyMC "
-                    "reports 'Not enough samples to build a trace')")
+            kept = (
+                f"pm.sample returns the {chain} draws of this chain made so far and the "
+                "chains before it, as after an interrupt (tuning draws are counted here and "
+                "dropped by pm.sample as usual; if there are only tuning draws, PyMC "
+                "reports 'Not enough samples to build a trace')"
+            )
         else:
-            kept = ("this chain has no draws; pm.sample returns the chains sampled before it "
-                    "(if none, PyMC reports 'Not enough samples to build a trace')")
-        warnings.warn(f"{what} Sampling stops here, keeping what was sampled: {kept}. {fix}",
-                      ShardLostWarning, stacklevel=4)
+            kept = (
+                "this chain has no draws; pm.sample returns the chains sampled before it "
+                "(if none, PyMC reports 'Not enough samples to build a trace')"
+            )
+        warnings.warn(
+            f"{what} Sampling stops here, keeping what was sampled: {kept}. {fix}",
+            ShardLostWarning,
+            stacklevel=4,
+        )
         raise SamplingStopped(what)
 
     @contextlib.contextmanager
@@ -528,17 +562,27 @@ class ShardedKernel:
                 if not np.isfinite(log_w0):
                     log_w0 = self.log_weight(state.theta)
                 theta, atz, props, accs = exact_proposal(
-                    state.theta, self._atz(state), z_update,
-                    self.theta_conditional.sample_from_rhs, self.alpha, rng, n_sweeps,
+                    state.theta,
+                    self._atz(state),
+                    z_update,
+                    self.theta_conditional.sample_from_rhs,
+                    self.alpha,
+                    rng,
+                    n_sweeps,
                 )
                 log_w1 = self.log_weight(theta, keep_modes=True)
                 accept_prob, accepted = mh_accept(log_w0, log_w1, rng)
-                info = SGSInfo(z_proposals=props, z_accept=accs, exact_accept=accept_prob,
-                               log_weight=log_w1 if accepted else log_w0)
+                info = SGSInfo(
+                    z_proposals=props,
+                    z_accept=accs,
+                    exact_accept=accept_prob,
+                    log_weight=log_w1 if accepted else log_w0,
+                )
                 if accepted:
                     handle = self._new_handle(theta)
-                    return SGSState(theta=theta, z=handle, z_mode=handle, log_weight=log_w1,
-                                    atz=atz), info
+                    return SGSState(
+                        theta=theta, z=handle, z_mode=handle, log_weight=log_w1, atz=atz
+                    ), info
                 self._broadcast("restore")
                 return state._replace(log_weight=log_w0), info
         except _MoveAborted:
@@ -548,8 +592,9 @@ class ShardedKernel:
             # after a (re)start keeps that draw
             self._broadcast("restore")
         nan = float("nan")
-        return self._dropped(state, log_w0), SGSInfo(z_proposals=nan, z_accept=nan,
-                                                     log_weight=log_w0)
+        return self._dropped(state, log_w0), SGSInfo(
+            z_proposals=nan, z_accept=nan, log_weight=log_w0
+        )
 
 
 def _scalar_rho(rho) -> np.ndarray:
@@ -594,8 +639,9 @@ class ShardedShiftMove(ShiftMove):
 
     def _setup(self):
         if self._mean_curvature is None:
-            parts = self.kernel._broadcast("shift_setup", np.asarray(self.mean, dtype=float),
-                                           self.chol)
+            parts = self.kernel._broadcast(
+                "shift_setup", np.asarray(self.mean, dtype=float), self.chol
+            )
             self._mean_curvature = sum(p[0] for p in parts) / max(sum(p[1] for p in parts), 1)
             self._offset_rhs = np.sum([p[2] for p in parts], axis=0)
 
@@ -617,5 +663,4 @@ class ShardedShiftMove(ShiftMove):
         if state.atz is not None:
             atz = state.atz + self.kernel.theta_conditional.split_rhs_change(delta, None)
         handle = self.kernel._new_handle(prop)
-        return state._replace(theta=prop, z=handle, z_mode=handle, log_weight=float("nan"),
-                              atz=atz)
+        return state._replace(theta=prop, z=handle, z_mode=handle, log_weight=float("nan"), atz=atz)
