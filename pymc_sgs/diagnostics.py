@@ -101,12 +101,12 @@ def psis_weights(idata: az.InferenceData) -> tuple[np.ndarray, float]:
         draws without a recorded weight (``SplitGibbs(log_weights=k)``).
     khat : float
     """
-    w, khat, _ = _psis(idata)
+    w, khat, _, _ = _psis(idata)
     return w, khat
 
 
 def _psis(idata):
-    """:func:`psis_weights` and the number of weighted draws."""
+    """:func:`psis_weights`, the number of weighted draws, and which draws (chain, draw) have one."""
     lw_all = _log_weights(idata)
     # SplitGibbs(log_weights=k) and SplitGibbs(sweep_every=k) record weights on a fixed
     # schedule of draws: use those draws (draws without a weight get weight 0)
@@ -140,7 +140,7 @@ def _psis(idata):
     w = np.exp(smoothed - np.max(smoothed))
     out = np.zeros(lw_all.shape)
     out[have] = w / w.sum()  # C order: chain by chain, as flat
-    return out.reshape(-1), float(khat), flat.size
+    return out.reshape(-1), float(khat), flat.size, have
 
 
 def psis_summary(
@@ -172,8 +172,7 @@ def psis_summary(
         ``attrs["khat"]`` and ``attrs["weight_ess"]`` (Kish ESS of the weights
         as a fraction of the weighted draws).
     """
-    w, khat, n_weighted = _psis(idata)
-    have = np.isfinite(_log_weights(idata))
+    w, khat, n_weighted, have = _psis(idata)
     post = idata.posterior
     names = list(post.data_vars) if var_names is None else list(var_names)
     rows, index = [], []

@@ -20,6 +20,7 @@ import numpy as np
 
 from .shift import validate_shift_moves, validate_shift_relaxation
 from .user_warnings import warn_user
+from .validate import check_count
 
 __all__ = ["ExactOptions", "ShiftOptions", "resolve_move", "resolve_legacy", "LEGACY_KEYWORDS"]
 
@@ -38,11 +39,7 @@ class ExactOptions:
     sweeps: int = 10
 
     def __post_init__(self):
-        s = self.sweeps
-        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or s < 1:
-            raise ValueError(
-                f"ExactOptions(sweeps=...) must be a positive integer; received {s!r}."
-            )
+        check_count("ExactOptions(sweeps=...)", self.sweeps)
 
 
 @dataclass(frozen=True)
@@ -83,14 +80,7 @@ class ShiftOptions:
     def __post_init__(self):
         validate_shift_moves(self.moves)
         validate_shift_relaxation(self.relaxation)
-        se = self.sweep_every
-        if not (isinstance(se, str) and se == "auto") and (
-            isinstance(se, (bool, np.bool_)) or not isinstance(se, (int, np.integer)) or se < 1
-        ):
-            raise ValueError(
-                f"ShiftOptions(sweep_every=...) must be 'auto' or a positive integer; received "
-                f"{se!r}."
-            )
+        check_count("ShiftOptions(sweep_every=...)", self.sweep_every, auto=True)
 
 
 def resolve_move(name: str, value, cls):

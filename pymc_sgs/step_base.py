@@ -19,6 +19,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from .backends import Backend
 from .options import ExactOptions, ShiftOptions, resolve_legacy, resolve_move
 from .user_warnings import warn_user
+from .validate import check_count
 
 __all__ = ["BaseSplitGibbs", "SamplerFeedbackWarning", "AUTO_RHO_START"]
 
@@ -372,16 +373,9 @@ def _validate_sweep_every(sweep_every, without_shift: str | None):
 
     ``without_shift`` says why the step makes no shift move (None: it makes one).
     """
-    if isinstance(sweep_every, str) and sweep_every == "auto":
+    sweep_every = check_count("sweep_every", sweep_every, auto=True)
+    if sweep_every == "auto":
         return "auto"
-    if (
-        isinstance(sweep_every, (bool, np.bool_))
-        or not isinstance(sweep_every, (int, np.integer))
-        or sweep_every < 1
-    ):
-        raise ValueError(
-            f"sweep_every must be 'auto' or a positive integer; received {sweep_every!r}."
-        )
     if sweep_every > 1 and without_shift is not None:
         raise ValueError(
             f"sweep_every={sweep_every} needs the shift move, which makes the draws between "
@@ -395,12 +389,7 @@ def _validate_weight_options(exact, exact_sweeps, log_weights, auto_rho: bool) -
 
     Returns every how many draws the weights are recorded after tuning.
     """
-    if (
-        isinstance(exact_sweeps, bool)
-        or not isinstance(exact_sweeps, (int, np.integer))
-        or exact_sweeps < 1
-    ):
-        raise ValueError(f"exact_sweeps must be a positive integer; received {exact_sweeps!r}.")
+    check_count("exact_sweeps", exact_sweeps)
     weight_every = _validate_log_weights(log_weights)
     if exact and weight_every > 1:
         raise ValueError(

@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["check_bool", "check_real"]
+__all__ = ["check_bool", "check_real", "check_count"]
 
 
 def check_bool(name: str, value) -> bool:
@@ -32,3 +32,16 @@ def check_real(name: str, value, *, expected: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be {expected}; received {value!r}.")
     return float(value)
+
+
+def check_count(name: str, value, *, auto: bool = False):
+    """``value`` as a positive int (or ``"auto"`` where ``auto``); else ``ValueError`` naming it.
+
+    Bools are refused (``True`` is an int to Python, never a count to a user).
+    """
+    if auto and isinstance(value, str) and value == "auto":
+        return "auto"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        expected = "'auto' or a positive integer" if auto else "a positive integer"
+        raise ValueError(f"{name} must be {expected}; received {value!r}.")
+    return int(value)
