@@ -14,12 +14,13 @@ rescales rho towards the largest value meeting the target.
 
 Its windows see the chain move between the split models of successive rho: that drift inflates
 the variance of the log weights, and a chain started far from the posterior reads its own
-burn-in as bias and shrinks rho until it barely moves. :func:`pilot_rho` therefore gives the
-tuner its starting value from the Laplace approximation of the posterior (no chain involved):
-the variance of ``log w_rho(theta)`` under ``theta ~ N(theta*, H^-1)`` has a second-order
-closed form (:func:`laplace_log_weight_var`), a deterministic function of rho, so a few secant
-steps in ``log rho`` find the rho at which the certificate is met, and the windows only refine
-it on the chain.
+burn-in as bias and shrinks rho until it barely moves, and each chain ends at its own rho.
+:func:`pilot_rho` therefore sets rho="auto" from the Laplace approximation of the posterior
+(no chain involved): the variance of ``log w_rho(theta)`` under ``theta ~ N(theta*, H^-1)``
+has a second-order closed form (:func:`laplace_log_weight_var`), a deterministic function of
+rho, so a few secant steps in ``log rho`` find the rho at which the certificate is met, the
+same for every chain; the tuning draws only check it (``SplitGibbs.stop_tuning``). The
+windowed tuner remains for models without that approximation.
 """
 
 from __future__ import annotations
@@ -65,8 +66,7 @@ class RhoTuner:
         Factor (< 1) applied to rho when tuning ends, for the estimation error
         of the last window.
     damp_after : int
-        Windows after which each adjustment is halved on the log scale (0 when
-        rho starts from :func:`pilot_rho`, already near its target).
+        Windows after which each adjustment is halved on the log scale.
     max_rho : float
         Largest rho the tuner moves to: a nearly flat likelihood meets the
         certificate at any rho and would otherwise grow it without bound.
