@@ -24,6 +24,7 @@ from .kernel import (
     validate_rho,
     validate_theta_solver,
 )
+from .mixed.step import MixedSplitGibbs, has_mixed_terms
 from .nuisance import slice_sample
 from .propriety import check_proper
 from .rho import RhoTuner, pilot_rho, validate_bias_tol
@@ -240,6 +241,9 @@ class SplitGibbs(BaseSplitGibbs):
         ):
             if has_categorical_likelihood(kwargs.get("model")):
                 return CategoricalSplitGibbs(*args, **kwargs)
+            vars_ = kwargs.get("vars", args[0] if args else None)
+            if has_mixed_terms(pm.modelcontext(kwargs.get("model")), vars_):
+                return MixedSplitGibbs(*args, **kwargs)
         return super().__new__(cls, *args, **kwargs)
 
     def _setup(
@@ -725,6 +729,7 @@ class SplitGibbs(BaseSplitGibbs):
 
 # a Categorical model's SplitGibbs(...) is a CategoricalSplitGibbs (SplitGibbs.__new__)
 SplitGibbs.register(CategoricalSplitGibbs)
+SplitGibbs.register(MixedSplitGibbs)
 
 
 class BlockSplitGibbs(SplitGibbs):

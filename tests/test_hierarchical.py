@@ -8,6 +8,7 @@ import pymc as pm
 import pytest
 
 import pymc_sgs
+from pymc_sgs.mixed.step import MixedSplitGibbs
 
 
 def _random_intercepts(G=10, n=300, seed=0):
@@ -26,9 +27,13 @@ def _random_intercepts(G=10, n=300, seed=0):
 
 
 def test_hierarchical_prior_precision_follows_tau():
+    """With vars leaving tau out, the GLM path samples the coefficients and NUTS the scale;
+    without vars, SplitGibbs builds the mixed-model step, which owns tau too."""
     model = _random_intercepts()
     with model:
-        step = pymc_sgs.SplitGibbs()
+        assert isinstance(pymc_sgs.SplitGibbs(), MixedSplitGibbs)
+        step = pymc_sgs.SplitGibbs(vars=["a", "b", "u"])
+    assert not isinstance(step, MixedSplitGibbs)
     assert [v.name for v in step.vars] == ["a", "b", "u"]
     det = step.detected
     ((block, _, names),) = det.prior_sources

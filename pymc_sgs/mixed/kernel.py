@@ -1,0 +1,276 @@
+"""Split Gibbs kernel for mixed models, with hyperparameters that move with the coefficients.
+
+The split model of a GLMM (Vono, Paulin and Doucet, 2022) is
+
+    pi_rho(h, c, z) ∝ p(h) N(c; 0, Lambda(h)^-1) prod_i exp(-U(z_i)) N(z_i; a_i^T c + o_i, rho^2).
+
+Given ``z`` it is a Gaussian linear model in the coefficients ``c``, so the coefficients
+can be integrated out exactly: ``p(h | z)`` is known up to a constant through one
+factorization of ``Q(h) = A^T A / rho^2 + Lambda(h)`` (:mod:`pymc_sgs.mixed.precision`).
+One iteration is therefore
+
+1. ``z | c``: every row exactly (:func:`pymc_sgs.conditionals.sample_z_exact`);
+2. ``h | z``: random-walk Metropolis on the unconstrained hyperparameters (group sds,
+   and for a linear mixed model the observation sd) with ``c`` integrated out;
+3. ``c | h, z``: an exact Gaussian draw (perturbation of the right-hand side, so only
+   solves with ``Q`` are needed).
+
+Steps 2-3 are one block update of ``(h, c)`` given ``z``: the group scales never wait
+for the coefficients, the slow "centred Gibbs" case of Papaspiliopoulos, Roberts and
+Sköld (2007), and the sampler is the same whether the model was written centred or
+non-centred. A linear mixed model has no ``z`` (the data play its part, with ``rho``
+the free observation sd), and the kernel is an exact collapsed sampler of the posterior.
+
+The kernel is pure: :class:`MixedState` in, ``(MixedState, MixedInfo)`` out; the tuned
+proposal of step 2 is an argument.
+
+References
+----------
+Vono, M., Paulin, D. and Doucet, A. (2022). Efficient MCMC sampling with
+dimension-free convergence rate using ADMM-type splitting. JMLR 23(25).
+Papaspiliopoulos, O., Roberts, G. O. and Sköld, M. (2007). A general framework for the
+parametrization of hierarchical models. Statistical Science 22(1), 59-73.
+Rue, H., Martino, S. and Chopin, N. (2009). Approximate Bayesian inference for latent
+Gaussian models by using integrated nested Laplace approximations. JRSS B 71(2).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..conditionals import sample_z_exact
+from ..weights import log_weight_rows
+from .precision import MixedPrecision
+
+__all__ = ["HyperProposal", "MixedState", "MixedInfo", "MixedKernel"]
+
+
+class MixedState(NamedTuple):
+    """``h`` unconstrained hyperparameters, ``coef`` = (beta, v_1, ..., v_T), split ``z``."""
+
+    h: np.ndarray
+    coef: np.ndarray
+    z: np.ndarray | None
+    z_mode: np.ndarray | None
+
+
+class MixedInfo(NamedTuple):
+    hyper_accept: float  # mean Metropolis acceptance probability of the h-moves
+    log_weight: float  # log w_rho(c) = log p(y|c) - log p_rho(y|c); 0 for an unsplit model
+    n_proposals: int  # z rejection-sampler proposals
+
+
+class HyperProposal(NamedTuple):
+    """The proposals of the ``h | z`` moves, alternated within an iteration.
+
+    ``walk_chol``: random-walk step ``h + walk_chol @ N(0, I)``. ``centre`` /
+    ``indep_chol`` / ``df``: an independence proposal, multivariate Student-t around the
+    mode of ``p(h | y)`` (fitted once, :func:`pymc_sgs.mixed.laplace.hyper_mode`); None
+    disables it. Both are Metropolis-Hastings moves for ``p(h | z)``, exact for any value.
+    """
+
+    walk_chol: np.ndarray
+    centre: np.ndarray | None = None
+    indep_chol: np.ndarray | None = None
+    df: float = 4.0
+    moves: int = 2
+
+
+def _t_logpdf_unnorm(h, centre, chol, df):
+    x = np.linalg.solve(chol, h - centre) if chol.size else np.zeros(0)
+    return -0.5 * (df + x.size) * np.log1p(float(x @ x) / df)
+
+
+class _Factored(NamedTuple):
+    h: np.ndarray
+    factor: object
+    lam: np.ndarray
+    inv_s2: float
+    const: float  # the part of log p(h) + log p(z | h) that does not depend on z
+    slot: int
+
+
+class _Eval(NamedTuple):
+    h: np.ndarray
+    log_post: float
+    mean: np.ndarray | None
+    factored: _Factored | None
+
+
+class MixedKernel:
+    """Collapsed split Gibbs kernel of a :class:`~pymc_sgs.mixed.problem.MixedProblem`.
+
+    Parameters
+    ----------
+    problem : MixedProblem
+    rho : float
+        Split coupling (an sd, as in :class:`pymc_sgs.kernel.SplitGibbsKernel`); ignored
+        for a linear mixed model (``problem.family is None``).
+    method : str
+        Factorization, see :class:`~pymc_sgs.mixed.precision.MixedPrecision`.
+    log_weights : bool
+        Compute ``log w_rho`` of every draw (split models only).
+    """
+
+    def __init__(self, problem, rho: float | None = None, method: str = "auto", log_weights=True):
+        self.problem = problem
+        self.split = problem.family is not None
+        if self.split and not (rho is not None and np.isfinite(rho) and rho > 0):
+            raise ValueError(f"rho must be a positive finite number; received {rho!r}")
+        self.rho = float(rho) if self.split else None
+        self.log_weights = bool(log_weights)
+        self.precision = MixedPrecision(problem, method=method)
+        self.A = self.precision.A
+        self.AT = self.A.T.tocsr()
+        self.dim = self.precision.dim
+        p = problem.p
+        # prior means of the common coefficients go into the offset: c is a deviation
+        self.offset = problem.offset + (problem.X @ problem.beta_mean if p else 0.0)
+        self.coef_mean = np.concatenate([problem.beta_mean, np.zeros(self.dim - p)])
+        self.beta_precision = np.asarray(problem.beta_precision, dtype=float)
+        self._flat_beta = self.beta_precision > 0
+        self.level_term = (
+            np.concatenate([np.full(t.n_levels, t.scale) for t in problem.terms]).astype(np.intp)
+            if problem.terms
+            else np.zeros(0, dtype=np.intp)
+        )
+        if not self.split:
+            r = problem.y - self.offset
+            self._data = (self.AT @ r, float(r @ r))
+        # the factorization of the current state's Q(h), which z does not change
+        self._factored = None
+
+    # -- pieces ----------------------------------------------------------------------
+    def hyper_values(self, h):
+        """``(log prior, term sds, observation sd)`` at ``h``."""
+        return self.problem.hyper(np.asarray(h, dtype=float))
+
+    def prior_precision(self, sds) -> np.ndarray:
+        sds = np.asarray(sds, dtype=float)
+        return np.concatenate([self.beta_precision, 1.0 / sds[self.level_term] ** 2])
+
+    def eta(self, coef) -> np.ndarray:
+        return self.A @ (coef - self.coef_mean) + self.offset
+
+    def data_part(self, z):
+        """``(A^T r, r^T r)`` with ``r = z - offset``."""
+        if z is None:
+            return self._data
+        r = z - self.offset
+        return self.AT @ r, float(r @ r)
+
+    def factorize(self, h, slot: int = 0):
+        """Prior precision and factorization of ``Q(h)``; None where ``h`` is impossible."""
+        log_prior, sds, noise_sd = self.hyper_values(h)
+        s = self.rho if self.split else float(noise_sd)
+        if not (np.isfinite(log_prior) and np.all(np.isfinite(sds)) and np.all(sds > 0)):
+            return None
+        if not (np.isfinite(s) and s > 0):
+            return None
+        lam = self.prior_precision(sds)
+        inv_s2 = 1.0 / s**2
+        try:
+            factor = self.precision.factor(lam, inv_s2, slot)
+        except np.linalg.LinAlgError:
+            return None
+        const = (
+            float(log_prior)
+            - self.problem.n * np.log(s)
+            + 0.5 * float(np.sum(np.log(lam[lam > 0])))
+            - 0.5 * factor.logdet
+        )
+        return _Factored(np.asarray(h, dtype=float), factor, lam, inv_s2, const, slot)
+
+    def evaluate(self, h, data, slot: int = 0, factored=None) -> _Eval:
+        """Log of ``p(h) p(z | h)`` (coefficients integrated out) and the factorization.
+
+        ``factored`` is a previous :meth:`factorize` of the same ``h`` (``Q`` does not
+        depend on ``z``, so the current state's factorization is reused across
+        iterations).
+        """
+        f = self.factorize(h, slot) if factored is None else factored
+        if f is None:
+            return _Eval(np.asarray(h, dtype=float), -np.inf, None, None)
+        atr, rr = data
+        b = atr * f.inv_s2
+        mean = f.factor.solve(b)
+        lp = f.const - 0.5 * rr * f.inv_s2 + 0.5 * float(b @ mean)
+        return _Eval(f.h, lp if np.isfinite(lp) else -np.inf, mean, f)
+
+    def draw_coef(self, ev: _Eval, rng) -> np.ndarray:
+        """``c | h, z`` exactly: the conditional mean plus ``Q^{-1/2}`` noise from the factor."""
+        f = ev.factored
+        return ev.mean + f.factor.sample(rng.standard_normal(self.dim)) + self.coef_mean
+
+    def draw_z(self, coef, rng, z_init=None):
+        fam = self.problem.family
+        d = sample_z_exact(
+            fam, self.problem.y, self.problem.trials, self.eta(coef), self.rho, rng, z_init
+        )
+        return d.z, d.mode, d.n_proposals
+
+    def log_weight(self, coef) -> float:
+        fam = self.problem.family
+        lw, _ = log_weight_rows(fam, self.problem.y, self.problem.trials, self.eta(coef), self.rho)
+        return float(np.sum(lw))
+
+    # -- the kernel ------------------------------------------------------------------
+    def init(self, h, coef, rng) -> MixedState:
+        h = np.asarray(h, dtype=float).copy()
+        coef = np.asarray(coef, dtype=float).copy()
+        if not self.split:
+            return MixedState(h, coef, None, None)
+        z, mode, _ = self.draw_z(coef, rng)
+        return MixedState(h, coef, z, mode)
+
+    def step(self, state: MixedState, rng, proposal: HyperProposal):
+        """One iteration: ``z | c``, then ``(h, c) | z`` as one block."""
+        n_prop = 0
+        z, mode = state.z, state.z_mode
+        if self.split:
+            z, mode, n_prop = self.draw_z(state.coef, rng, mode)
+        data = self.data_part(z)
+        cached = self._factored
+        if cached is None or not np.array_equal(cached.h, state.h):
+            cached = self.factorize(state.h, 0)
+        cur = self.evaluate(state.h, data, factored=cached)
+        accept = 0.0
+        K = state.h.shape[0]
+        n_moves = proposal.moves if K else 0
+        for m in range(n_moves):
+            independent = proposal.centre is not None and m % 2 == 0
+            if independent:
+                # multivariate t: a normal scaled by sqrt(df / chi2_df)
+                g = np.sqrt(proposal.df / rng.chisquare(proposal.df))
+                h_new = proposal.centre + g * (proposal.indep_chol @ rng.standard_normal(K))
+            else:
+                h_new = cur.h + proposal.walk_chol @ rng.standard_normal(K)
+            slot = 1 - cur.factored.slot if cur.factored is not None else 1
+            prop = self.evaluate(h_new, data, slot=slot)
+            log_ratio = prop.log_post - cur.log_post
+            if independent and np.isfinite(log_ratio):
+                log_ratio += _t_logpdf_unnorm(
+                    cur.h, proposal.centre, proposal.indep_chol, proposal.df
+                ) - _t_logpdf_unnorm(h_new, proposal.centre, proposal.indep_chol, proposal.df)
+            a = (
+                1.0
+                if log_ratio >= 0
+                else float(np.exp(log_ratio))
+                if np.isfinite(log_ratio)
+                else 0.0
+            )
+            accept += a
+            if np.log(rng.uniform()) < log_ratio:
+                cur = prop
+        if not np.isfinite(cur.log_post):
+            raise FloatingPointError(
+                "the collapsed hyperparameter density is not finite at the current state "
+                f"(h={cur.h}); the model's hyperparameter priors or data may be degenerate"
+            )
+        self._factored = cur.factored
+        coef = self.draw_coef(cur, rng)
+        lw = self.log_weight(coef) if (self.split and self.log_weights) else 0.0
+        info = MixedInfo(accept / n_moves if n_moves else 1.0, lw, n_prop)
+        return MixedState(cur.h, coef, z, mode), info

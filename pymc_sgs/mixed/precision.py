@@ -1,0 +1,364 @@
+"""Structured factorization of a mixed model's coefficient precision.
+
+Given the split variables (or, for a linear mixed model, the data), the coefficients
+``c = (beta, v_1, ..., v_T)`` of :class:`~pymc_sgs.mixed.problem.MixedProblem` are
+Gaussian with precision
+
+    Q(h) = A^T W A / s^2 + diag(lambda(h)),
+
+``A = [X | Z_1 | ... | Z_T]`` (``Z_t`` one non-zero per row), ``W`` a diagonal row weight
+(the identity except in Newton steps), ``s`` the split coupling (or the observation sd)
+and ``lambda`` the prior precisions (``1 / sd_t^2`` for the levels of term ``t``). Only
+``lambda`` and ``s`` change from one hyperparameter value to the next, so the Gram pieces
+are computed once.
+
+Three factorizations, all exact (a small model's ``Q`` is factored densely):
+
+* :class:`SchurFactor`: the terms of the grouping factor with the most levels form a
+  block-diagonal ``Q_BB`` (``k x k`` blocks for ``k`` terms on that factor); it is
+  eliminated level by level and the Schur complement onto everything else (the common
+  coefficients and the other factors) is factored densely. This is the one-factor
+  elimination of lme4's penalised least squares, and it is the fast path whenever the
+  rest is at most :data:`DENSE_MAX` coefficients.
+* :class:`SparseFactor`: a sparse LDL^T (QDLDL with AMD ordering; Stellato et al.,
+  2020) of all of ``Q``, for crossed factors with many levels on both sides.
+
+Both expose ``logdet`` and ``solve``; :class:`MixedPrecision` picks one.
+
+References
+----------
+Bates, D., Maechler, M., Bolker, B. and Walker, S. (2015). Fitting linear mixed-effects
+models using lme4. Journal of Statistical Software 67(1), section 3.
+Stellato, B., Banjac, G., Goulart, P., Bemporad, A. and Boyd, S. (2020). OSQP: an
+operator splitting solver for quadratic programs. Math. Prog. Comp. 12, 637-672.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+
+__all__ = [
+    "DENSE_MAX",
+    "DENSE_SMALL",
+    "DenseFactor",
+    "MixedPrecision",
+    "SchurFactor",
+    "SparseFactor",
+    "design_matrix",
+]
+
+#: models with at most this many coefficients factor Q densely
+DENSE_SMALL = 64
+
+#: ... and at most this many entries in a dense copy of the design
+DENSE_ROWS = 2_000_000
+
+#: largest Schur complement (common coefficients plus the levels of all but the largest
+#: grouping factor) factored densely; beyond it the sparse LDL^T is used
+DENSE_MAX = 2500
+
+
+def design_matrix(problem) -> sp.csr_matrix:
+    """``A = [X | Z_1 | ... | Z_T]`` as a CSR matrix: O(n x (p + T)) memory."""
+    n = problem.n
+    blocks = [sp.csr_matrix(problem.X)] if problem.p else []
+    rows = np.arange(n)
+    for t in problem.terms:
+        blocks.append(sp.csr_matrix((t.values, (rows, t.index)), shape=(n, t.n_levels)))
+    if not blocks:
+        return sp.csr_matrix((n, 0))
+    return sp.hstack(blocks, format="csr")
+
+
+class SchurFactor:
+    """``Q`` factored by eliminating a block-diagonal part (see the module docstring)."""
+
+    __slots__ = ("B", "R", "Binv", "Bchol", "QBR", "chol_S", "logdet", "dim")
+
+    def __init__(self, B, R, Binv, Bchol, QBR, chol_S, logdet, dim):
+        self.B, self.R, self.Binv, self.Bchol, self.QBR = B, R, Binv, Bchol, QBR
+        self.chol_S, self.logdet, self.dim = chol_S, logdet, dim
+
+    def sample(self, eps) -> np.ndarray:
+        """``x ~ N(0, Q^{-1})`` from ``eps ~ N(0, I)``, with ``x^T Q x = eps^T eps``.
+
+        ``x_R = L_S^{-T} eps_R`` (``S = L_S L_S^T`` the Schur complement), then
+        ``x_B = -Q_BB^{-1} Q_BR x_R + C^{-T} eps_B`` with ``Q_BB = C C^T`` block by block.
+        """
+        x = np.empty(self.dim)
+        L, k, _ = self.Bchol.shape
+        eB = eps[: L * k]
+        if k == 1:
+            zB = eB / self.Bchol[:, 0, 0]
+        else:
+            CT = np.swapaxes(self.Bchol, 1, 2)
+            zB = np.linalg.solve(CT, eB.reshape(L, k, 1))[..., 0].ravel()
+        if self.R.size:
+            xR = scipy.linalg.solve_triangular(
+                self.chol_S, eps[L * k :], trans="T", lower=True, check_finite=False
+            )
+            x[self.R] = xR
+            x[self.B] = zB - self._block_solve(self.QBR @ xR)
+        else:
+            x[self.B] = zB
+        return x
+
+    def _block_solve(self, v):
+        """``Q_BB^{-1} v``; ``Binv`` is the (L, k, k) array of block inverses."""
+        L, k, _ = self.Binv.shape
+        if k == 1:
+            return self.Binv[:, 0, 0] * v
+        return np.einsum("lab,lb->la", self.Binv, v.reshape(L, k)).ravel()
+
+    def solve(self, b) -> np.ndarray:
+        """``Q^{-1} b``."""
+        bB, bR = b[self.B], b[self.R]
+        x = np.empty(self.dim)
+        if self.R.size:
+            y = self._block_solve(bB)
+            xR = scipy.linalg.cho_solve((self.chol_S, True), bR - self.QBR.T @ y)
+            x[self.R] = xR
+            x[self.B] = self._block_solve(bB - self.QBR @ xR)
+        else:
+            x[self.B] = self._block_solve(bB)
+        return x
+
+
+class DenseFactor:
+    """``Q = L L^T`` densely, for small models where sparse bookkeeping costs more."""
+
+    __slots__ = ("chol", "logdet")
+
+    def __init__(self, chol, logdet):
+        self.chol, self.logdet = chol, logdet
+
+    def solve(self, b) -> np.ndarray:
+        return scipy.linalg.cho_solve((self.chol, True), b, check_finite=False)
+
+    def sample(self, eps) -> np.ndarray:
+        """``x ~ N(0, Q^{-1})`` from ``eps ~ N(0, I)``: ``L^{-T} eps``, so ``x^T Q x = eps^T eps``."""
+        return scipy.linalg.solve_triangular(
+            self.chol, eps, trans="T", lower=True, check_finite=False
+        )
+
+
+class SparseFactor:
+    """``Q`` as a sparse ``P (I + L) D (I + L)^T P^T`` (QDLDL)."""
+
+    __slots__ = ("solver", "logdet")
+
+    def __init__(self, solver, logdet):
+        self.solver, self.logdet = solver, logdet
+
+    def solve(self, b) -> np.ndarray:
+        return self.solver.solve(np.ascontiguousarray(b, dtype=float))
+
+    def sample(self, eps) -> np.ndarray:
+        """``x ~ N(0, Q^{-1})``: ``P (I + L)^{-T} D^{-1/2} eps``, so ``x^T Q x = eps^T eps``."""
+        import scipy.sparse.linalg as spla
+
+        L, d, perm = self.solver.factors()
+        n = d.size
+        upper = sp.csr_matrix((sp.eye(n) + L).T)
+        y = spla.spsolve_triangular(upper, eps / np.sqrt(d), lower=False, unit_diagonal=True)
+        x = np.empty(n)
+        x[perm] = y
+        return x
+
+
+class MixedPrecision:
+    """The Gram pieces of ``A^T W A`` and the factorization of ``Q`` for any ``(lambda, s)``.
+
+    Parameters
+    ----------
+    problem : MixedProblem
+    row_weights : ndarray, optional
+        ``W`` (default the identity).
+    method : {"auto", "dense", "schur", "sparse"}
+        ``"auto"`` factors ``Q`` densely up to :data:`DENSE_SMALL` coefficients, else it
+        eliminates the largest grouping factor and factors the rest densely
+        when the rest has at most :data:`DENSE_MAX` coefficients, else ``"sparse"``.
+    """
+
+    def __init__(self, problem, row_weights=None, method: str = "auto", A=None):
+        if method not in ("auto", "dense", "schur", "sparse"):
+            raise ValueError(
+                f"method must be 'auto', 'dense', 'schur' or 'sparse'; received {method!r}"
+            )
+        self.problem = problem
+        self.A = design_matrix(problem) if A is None else A
+        n, self.dim = self.A.shape
+        starts = np.cumsum([problem.p] + [t.n_levels for t in problem.terms])
+        self.term_start = starts[:-1]
+        # the grouping factor with the most levels goes into the block-diagonal part
+        factors = {}
+        for i, t in enumerate(problem.terms):
+            factors.setdefault(t.factor, []).append(i)
+        big = max(factors.values(), key=lambda ts: problem.terms[ts[0]].n_levels, default=[])
+        L = problem.terms[big[0]].n_levels if big else 0
+        k = len(big)
+        B = (
+            np.stack([self.term_start[i] + np.arange(L) for i in big], axis=1).ravel()
+            if big
+            else np.zeros(0, dtype=np.intp)
+        )  # level-major: (level 0: term 1, term 2, ...), (level 1: ...)
+        R = np.setdiff1d(np.arange(self.dim), B)
+        if method == "auto":
+            if self.dim <= DENSE_SMALL and n * self.dim <= DENSE_ROWS:
+                method = "dense"
+            else:
+                method = "schur" if R.size <= DENSE_MAX else "sparse"
+        self.method = method
+        if method == "dense":
+            self._Ad = self.A.toarray()
+        elif method == "schur":
+            self.B, self.R, self.L, self.k, self._big = B, R, L, k, big
+            # with no other grouping factor, R is the common coefficients: A_B^T W A_R is a
+            # dense (L k) x p matrix filled by bincounts
+            self._common_only = R.size == problem.p
+            if not self._common_only:
+                self._AB_T = sp.csr_matrix(self.A[:, B].T)
+                self._AR = sp.csr_matrix(self.A[:, R])
+        else:
+            G = sp.csc_matrix(self.A.T @ self.A)
+            pattern = sp.triu(G + sp.eye(self.dim), format="csc")
+            pattern.sort_indices()
+            self.pattern = pattern
+            cols = np.repeat(np.arange(self.dim), np.diff(pattern.indptr))
+            self._keys = cols.astype(np.int64) * self.dim + pattern.indices
+            self.diag_pos = np.searchsorted(
+                self._keys, np.arange(self.dim, dtype=np.int64) * (self.dim + 1)
+            )
+            self._solvers = [None, None]
+        self._set_weights(None if row_weights is None else np.asarray(row_weights, dtype=float))
+
+    def reweighted(self, row_weights) -> "MixedPrecision":
+        """The same structure with row weights ``W`` (Newton steps): only the Gram values change."""
+        other = copy.copy(self)
+        if self.method == "sparse":
+            other._solvers = [None, None]
+        other._set_weights(np.asarray(row_weights, dtype=float))
+        return other
+
+    def _set_weights(self, w):
+        problem = self.problem
+        if self.method == "dense":
+            Ad = self._Ad
+            self.G = Ad.T @ (Ad if w is None else Ad * w[:, None])
+            return
+        if self.method == "schur":
+            L, k, big = self.L, self.k, self._big
+            GBB = np.zeros((L, k, k))
+            for a, ia in enumerate(big):
+                for b, ib in enumerate(big[: a + 1]):
+                    ta, tb = problem.terms[ia], problem.terms[ib]
+                    prod = ta.values * tb.values if w is None else ta.values * tb.values * w
+                    GBB[:, a, b] = GBB[:, b, a] = np.bincount(ta.index, prod, minlength=L)
+            self.GBB = GBB
+            X = problem.X
+            WX = X if w is None else X * w[:, None]
+            if self._common_only:
+                GBR = np.zeros((L, k, problem.p))
+                for a, ia in enumerate(big):
+                    t = problem.terms[ia]
+                    for j in range(problem.p):
+                        GBR[:, a, j] = np.bincount(t.index, t.values * WX[:, j], minlength=L)
+                self.GBR = GBR.reshape(L * k, problem.p)
+                self.GRR = X.T @ WX
+            else:
+                WAR = self._AR if w is None else sp.diags(w) @ self._AR
+                self.GBR = sp.csr_matrix(self._AB_T @ WAR)
+                self.GRR = (self._AR.T @ WAR).toarray()
+            return
+        WA = self.A if w is None else sp.diags(w) @ self.A
+        G = sp.triu(sp.csc_matrix(self.A.T @ WA), format="coo")
+        keys = G.col.astype(np.int64) * self.dim + G.row
+        data = np.zeros(self._keys.size)
+        np.add.at(data, np.searchsorted(self._keys, keys), G.data)
+        self.G_data = data
+
+    def factor(self, lam, inv_s2: float, slot: int = 0):
+        """Factor ``Q = inv_s2 * A^T W A + diag(lam)``.
+
+        ``slot`` (0 or 1) selects which of two reusable sparse solvers receives the
+        factorization, so that a proposal can be factored while the current state's
+        factorization is kept.
+
+        Raises
+        ------
+        numpy.linalg.LinAlgError
+            If ``Q`` is not positive definite.
+        """
+        lam = np.asarray(lam, dtype=float)
+        if self.method == "dense":
+            Q = self.G * inv_s2
+            Q[np.diag_indices_from(Q)] += lam
+            try:
+                chol = scipy.linalg.cholesky(Q, lower=True, check_finite=False)
+            except (np.linalg.LinAlgError, ValueError):
+                raise np.linalg.LinAlgError("precision not positive definite") from None
+            return DenseFactor(chol, 2.0 * float(np.sum(np.log(np.diag(chol)))))
+        if self.method == "schur":
+            return self._schur(lam, inv_s2)
+        return self._sparse(lam, inv_s2, slot)
+
+    def _schur(self, lam, inv_s2):
+        L, k, B, R = self.L, self.k, self.B, self.R
+        QBB = self.GBB * inv_s2
+        lamB = lam[B].reshape(L, k)
+        QBB[:, np.arange(k), np.arange(k)] += lamB
+        if k == 1:
+            q = QBB[:, 0, 0]
+            if np.any(~(q > 0)):
+                raise np.linalg.LinAlgError("precision not positive definite")
+            logdet = float(np.sum(np.log(q)))
+            inv = (1.0 / q)[:, None, None]
+            Bchol = np.sqrt(q)[:, None, None]
+        else:
+            chol = Bchol = np.linalg.cholesky(QBB)
+            logdet = 2.0 * float(np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2))))
+            inv = np.linalg.inv(QBB)
+        QBR = self.GBR * inv_s2
+        if R.size:
+            S = self.GRR * inv_s2
+            S[np.diag_indices_from(S)] += lam[R]
+            if B.size:
+                if sp.issparse(QBR):
+                    if k == 1:
+                        Binv = sp.diags(inv[:, 0, 0], format="csr")
+                    else:
+                        Binv = sp.bsr_matrix(
+                            (inv, np.arange(L), np.arange(L + 1)), shape=(L * k, L * k)
+                        ).tocsr()
+                    S -= (QBR.T @ (Binv @ QBR)).toarray()
+                else:
+                    BQ = np.einsum("lab,lbj->laj", inv, QBR.reshape(L, k, -1)).reshape(L * k, -1)
+                    S -= QBR.T @ BQ
+            chol_S = scipy.linalg.cholesky(S, lower=True, check_finite=False)
+            logdet += 2.0 * float(np.sum(np.log(np.diag(chol_S))))
+        else:
+            chol_S = np.zeros((0, 0))
+        return SchurFactor(B, R, inv, Bchol, QBR, chol_S, logdet, self.dim)
+
+    def _sparse(self, lam, inv_s2, slot):
+        import qdldl
+
+        Q = self.pattern.copy()
+        Q.data = self.G_data * inv_s2
+        Q.data[self.diag_pos] += lam
+        solver = self._solvers[slot]
+        try:
+            if solver is None:
+                solver = self._solvers[slot] = qdldl.Solver(Q, upper=True)
+            else:
+                solver.update(Q, upper=True)
+        except ValueError as err:
+            raise np.linalg.LinAlgError(str(err)) from None
+        d = solver.factors()[1]
+        if np.any(~(d > 0)):
+            raise np.linalg.LinAlgError("precision not positive definite")
+        return SparseFactor(solver, float(np.sum(np.log(d))))

@@ -1,0 +1,88 @@
+"""Plain description of a generalised linear mixed model (no PyMC inside).
+
+The linear predictor is ``eta = X beta + sum_t values_t * v_t[index_t] + offset``: a
+dense block of common coefficients and, for every group-specific term, one integer
+column (the level of each row) and one value column (1 for a random intercept, the
+covariate for a random slope). Nothing of size ``n x levels`` is ever stored, as in
+lme4's sparse ``Z`` (Bates et al., 2015).
+
+:func:`pymc_sgs.mixed.read.read_mixed_model` builds a :class:`MixedProblem` from a PyMC
+model; :mod:`pymc_sgs.mixed.kernel` only reads it.
+
+References
+----------
+Bates, D., Maechler, M., Bolker, B. and Walker, S. (2015). Fitting linear mixed-effects
+models using lme4. Journal of Statistical Software 67(1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..families import Family
+
+__all__ = ["GroupTerm", "MixedProblem"]
+
+
+@dataclass(frozen=True)
+class GroupTerm:
+    """One group-specific term: ``values * v[index]`` with ``v_l ~ N(0, sd^2)`` iid.
+
+    ``scale`` is the position of this term's sd in the output of
+    :attr:`MixedProblem.hyper`; ``factor`` names the grouping factor, so that terms on
+    the same factor (a random intercept and slope) are recognised as one block.
+    """
+
+    name: str
+    factor: str
+    index: np.ndarray
+    values: np.ndarray
+    n_levels: int
+    scale: int
+
+    def __post_init__(self):
+        if self.index.ndim != 1 or self.values.shape != self.index.shape:
+            raise ValueError(f"group term {self.name!r}: index and values must be 1-D, same size")
+        if self.index.size and (self.index.min() < 0 or self.index.max() >= self.n_levels):
+            raise ValueError(
+                f"group term {self.name!r}: levels must lie in [0, {self.n_levels}); received "
+                f"[{self.index.min()}, {self.index.max()}]"
+            )
+
+
+@dataclass(frozen=True)
+class MixedProblem:
+    """A GLMM (``family`` set, its rows split) or a linear mixed model (``family=None``).
+
+    ``hyper(h)`` maps the unconstrained hyperparameter vector ``h`` (the model's own value
+    variables: log of a HalfNormal scale, ...) to ``(log prior density including the
+    Jacobian, term sds, observation sd)``; the observation sd is used only when
+    ``family`` is None. ``beta_precision`` is the diagonal of the common coefficients'
+    prior precision (0 for a flat prior).
+    """
+
+    y: np.ndarray
+    X: np.ndarray
+    offset: np.ndarray
+    beta_mean: np.ndarray
+    beta_precision: np.ndarray
+    terms: tuple
+    hyper: Callable
+    hyper_size: int
+    family: Family | None = None
+    trials: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return self.y.shape[0]
+
+    @property
+    def p(self) -> int:
+        return self.X.shape[1]
+
+    @property
+    def dim(self) -> int:
+        return self.p + sum(t.n_levels for t in self.terms)

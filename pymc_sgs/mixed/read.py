@@ -1,0 +1,730 @@
+"""Read a PyMC (or Bambi) mixed model into a :class:`~pymc_sgs.mixed.problem.MixedProblem`.
+
+A group-specific term is found in the linear predictor as an indexing of a vector (or of
+an ``L x k`` matrix) of group coefficients by a constant integer array, ``u[g]``,
+multiplied by a value column. The group coefficients may be written
+
+* centred: ``u ~ Normal(mu, tau)`` with ``tau`` a free scale and ``mu`` a constant or a
+  free coefficient with a Normal prior (a hierarchical mean);
+* non-centred: ``tau * offset`` with ``offset ~ Normal(0, 1)``, as Bambi writes them by
+  default (``1|g = 1|g_sigma * 1|g_offset``).
+
+The term is read as (index column, value column): nothing of size ``n x levels`` is built.
+Internally every term is centred at zero, ``v ~ N(0, tau^2)``; :class:`MixedLayout` maps
+the draws back to the model's own variables (non-centred offsets included) so that
+ArviZ, Bambi's ``predict`` and ``interpret`` see the model they built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pymc as pm
+import pytensor
+from pytensor.compile.ops import ViewOp
+from pytensor.graph.replace import clone_replace
+from pytensor.scalar.basic import Mul
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.random.basic import MvNormalRV, NormalRV
+from pytensor.tensor.random.op import RandomVariable
+from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
+
+from ..graph import (
+    DETECT_MODE,
+    NUTS,
+    UnsupportedModelError,
+    ancestors,
+    dist_name,
+    find_outermost,
+    free_rvs_in,
+    observed_data,
+    shape_of,
+    value_of,
+)
+from ..recognise import classify_observed
+from .problem import GroupTerm, MixedProblem
+
+__all__ = ["MixedLayout", "MixedModel", "group_hyperparameters", "read_mixed_model"]
+
+#: families whose rows the mixed kernel splits (log-concave, exact z-sampler)
+_INDEX_OPS = (AdvancedSubtensor, AdvancedSubtensor1)
+
+
+def _strip(var):
+    """Skip the wrappers that do not change values (Deterministic's ViewOp, broadcasts)."""
+    while var.owner is not None and (
+        isinstance(var.owner.op, ViewOp)
+        or (isinstance(var.owner.op, DimShuffle) and var.owner.op.is_expand_dims)
+    ):
+        var = var.owner.inputs[0]
+    return var
+
+
+def _index_nodes(eta, model):
+    free = set(model.free_RVs)
+
+    def matches(node):
+        if not isinstance(node.op, _INDEX_OPS) or len(node.inputs) != 2:
+            return False
+        return not free_rvs_in([node.inputs[1]], model)
+
+    return find_outermost(eta, free, matches)
+
+
+def group_hyperparameters(model) -> list:
+    """The free scales and means of group coefficients ``u[g]`` (empty: no mixed model).
+
+    ``u[g]`` with ``u ~ Normal(mu, tau)`` and ``tau`` (or ``mu``) free, or a non-centred
+    product ``tau * offset[g]``. Group coefficients with a fixed prior are ordinary
+    coefficients of a GLM and stay with :class:`pymc_sgs.SplitGibbs`'s GLM path. A cheap
+    test; the full reading (and its messages) is :func:`read_mixed_model`.
+    """
+    found = []
+    if len(model.observed_RVs) != 1:
+        return found  # the GLM path (scales by NUTS) takes several likelihood terms
+    for rv in model.observed_RVs:
+        try:
+            term = classify_observed(rv, model)
+        except UnsupportedModelError:
+            continue
+        if term is None or not _likelihood_supported(term, model):
+            # free dispersion / shape parameters, non-log-concave likelihoods: the GLM path
+            # (centred group terms, scales updated by NUTS) samples them
+            continue
+        for gv in _index_nodes(term.eta, model):
+            try:
+                source = _read_source(gv.owner.inputs[0], model, "group term")
+            except UnsupportedModelError:
+                continue  # not a group term this path reads; the GLM path says why
+            found += [v for v in (source.scale, source.mean_rv) if v is not None]
+    return found
+
+
+def _likelihood_supported(term, model) -> bool:
+    """Normal, or a log-concave split family with no free dispersion/shape parameter."""
+    if term.kind == "gaussian":
+        sig = _strip(term.sigma)
+        if sig in set(model.free_RVs):
+            return int(np.prod(shape_of(sig))) == 1
+        return _is_const(term.sigma, model) and np.size(value_of(term.sigma)) == 1
+    if term.kind != "split" or not getattr(term.family, "log_concave", False):
+        return False
+    return not (term.nuisance and free_rvs_in(list(term.nuisance.values()), model))
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What one indexed group-coefficient array is made of."""
+
+    rv: object  # the free variable of the group coefficients (u, or the offset)
+    noncentred: bool
+    scale: object  # free scale variable, or None for a constant scale
+    scale_value: np.ndarray | None  # the constant scale, broadcast to (k,)
+    mean_rv: object  # free hierarchical mean, or None
+    mean_value: np.ndarray  # the constant mean, broadcast to (k,)
+    k: int  # columns (terms) of this group coefficient array
+    n_levels: int
+
+
+def _is_const(graph, model):
+    return not free_rvs_in([graph], model)
+
+
+def _read_source(var, model, name):
+    """The group coefficients ``var`` (before indexing) as a :class:`_Source`."""
+    free = set(model.free_RVs)
+    src = _strip(var)
+    shape = tuple(int(s) for s in var.type.shape) if None not in var.type.shape else None
+    if shape is None:
+        shape = tuple(np.shape(var.eval(mode=DETECT_MODE))) if _is_const(var, model) else None
+    hint = (
+        "SplitGibbs reads group-specific terms written u[g] with u ~ Normal(mu, tau) "
+        "(centred) or tau * offset[g] with offset ~ Normal(0, 1) (non-centred, Bambi's "
+        "default), tau a free scale with its own prior"
+    )
+
+    def scale_of(graph, k):
+        s = _strip(graph)
+        if s in free:
+            if free_rvs_in(s.owner.inputs[2:], model):
+                raise UnsupportedModelError(
+                    f"group-specific term {name!r}: the prior of its scale {s.name!r} depends on "
+                    "other free variables, which the mixed-model sampler does not support. Give "
+                    f"the scale a prior with fixed parameters, or sample this model with {NUTS}."
+                )
+            size = int(np.prod(shape_of(s)))
+            if size not in (1, k):
+                raise UnsupportedModelError(
+                    f"group-specific term {name!r}: its scale {s.name!r} has {size} entries for "
+                    f"{k} columns."
+                )
+            return s, None
+        if _is_const(graph, model):
+            val = np.broadcast_to(np.asarray(value_of(graph), dtype=float), (k,)).copy()
+            if not np.all(np.isfinite(val) & (val > 0)):
+                raise ValueError(
+                    f"group-specific term {name!r}: its fixed scale must be positive and "
+                    f"finite; received {val}."
+                )
+            return None, val
+        raise UnsupportedModelError(
+            f"group-specific term {name!r}: its scale is a function of free variables "
+            f"{[r.name for r in free_rvs_in([graph], model)]}, not one free scale variable. "
+            f"{hint}; or sample this model with {NUTS}."
+        )
+
+    if src in free:
+        rv = src
+        if isinstance(rv.owner.op, MvNormalRV):
+            raise UnsupportedModelError(
+                f"group-specific term {name!r}: {rv.name!r} has an MvNormal prior (correlated "
+                "group effects, e.g. with an LKJ covariance), which the mixed-model sampler does "
+                "not support yet. Use independent Normal terms (Bambi's default "
+                f"'(x|g)'), or sample this model with {NUTS}."
+            )
+        if not isinstance(rv.owner.op, NormalRV):
+            raise UnsupportedModelError(
+                f"group-specific term {name!r}: {rv.name!r} has a {dist_name(rv)} prior. {hint}; "
+                f"or sample this model with {NUTS}."
+            )
+        rshape = shape_of(rv)
+        k = 1 if len(rshape) == 1 else int(np.prod(rshape[1:]))
+        L = int(rshape[0])
+        mu, sd = rv.owner.inputs[2:]
+        scale, scale_value = scale_of(sd, k)
+        mean_rv, mean_value = None, np.zeros(k)
+        if _is_const(mu, model):
+            mean_value = np.broadcast_to(np.asarray(value_of(mu), dtype=float), rshape)
+            mean_value = mean_value.reshape(L, k)
+            if not np.all(mean_value == mean_value[:1]):
+                raise UnsupportedModelError(
+                    f"group-specific term {name!r}: its prior mean differs between levels; "
+                    "SplitGibbs needs one mean per term."
+                )
+            mean_value = mean_value[0].copy()
+        else:
+            m = _strip(mu)
+            if m not in free or not isinstance(m.owner.op, NormalRV):
+                raise UnsupportedModelError(
+                    f"group-specific term {name!r}: its prior mean is a function of free "
+                    f"variables {[r.name for r in free_rvs_in([mu], model)]}, not one free "
+                    f"Normal variable. {hint}; or sample this model with {NUTS}."
+                )
+            if int(np.prod(shape_of(m))) not in (1, k):
+                raise UnsupportedModelError(
+                    f"group-specific term {name!r}: its mean {m.name!r} must be a scalar or have "
+                    f"one entry per column ({k})."
+                )
+            mean_rv = m
+        return _Source(rv, False, scale, scale_value, mean_rv, mean_value, k, L)
+
+    node = src.owner
+    if (
+        node is not None
+        and isinstance(node.op, Elemwise)
+        and isinstance(node.op.scalar_op, Mul)
+        and len(node.inputs) == 2
+    ):
+        a, b = (_strip(x) for x in node.inputs)
+        for offset, sc in ((a, b), (b, a)):
+            if offset in free and isinstance(offset.owner.op, NormalRV):
+                mu, sd = offset.owner.inputs[2:]
+                if not (_is_const(mu, model) and _is_const(sd, model)):
+                    continue
+                if not (np.all(value_of(mu) == 0) and np.all(value_of(sd) == 1)):
+                    raise UnsupportedModelError(
+                        f"group-specific term {name!r}: the non-centred offset {offset.name!r} "
+                        "must have a Normal(0, 1) prior."
+                    )
+                rshape = shape_of(offset)
+                k = 1 if len(rshape) == 1 else int(np.prod(rshape[1:]))
+                scale, scale_value = scale_of(node.inputs[1 if offset is a else 0], k)
+                if scale is None:
+                    continue
+                return _Source(offset, True, scale, None, None, np.zeros(k), k, int(rshape[0]))
+    raise UnsupportedModelError(
+        f"group-specific term {name!r} is not a form the mixed-model sampler reads. {hint}; or "
+        f"sample this model with {NUTS}."
+    )
+
+
+@dataclass
+class MixedLayout:
+    """Where each of the model's variables sits in ``(h, coef)`` and how to map it back."""
+
+    #: (value variable name, shape, ("beta", start, stop) | ("hyper", start, stop) | group)
+    entries: list
+    hyper_size: int
+    dim: int
+
+    def to_point(self, h, coef, sds) -> dict:
+        """The model's value variables from the kernel's ``(h, coef)`` (and term sds)."""
+        out = {}
+        for name, shape, dtype, how in self.entries:
+            kind = how[0]
+            if kind in ("beta", "hyper"):
+                src = coef if kind == "beta" else h
+                val = src[how[1] : how[2]]
+            else:  # ("group", [(start, L, scale_index, mean_const, mean_coef_index|None)], noncentred)
+                cols = []
+                for start, L, scale, mean_const, mean_idx in how[1]:
+                    v = coef[start : start + L]
+                    if how[2]:
+                        cols.append(v / sds[scale])
+                    else:
+                        m = mean_const if mean_idx is None else coef[mean_idx]
+                        cols.append(v + m)
+                val = np.stack(cols, axis=1) if len(cols) > 1 or len(shape) == 2 else cols[0]
+            out[name] = np.asarray(val, dtype=dtype).reshape(shape)
+        return out
+
+    def from_point(self, point, hyper_fn):
+        """``(h, coef)`` from a point of the model (the inverse of :meth:`to_point`)."""
+        h = np.zeros(self.hyper_size)
+        for name, shape, dtype, how in self.entries:
+            if how[0] == "hyper":
+                h[how[1] : how[2]] = np.ravel(point[name])
+        _, sds, _ = hyper_fn(h)
+        coef = np.zeros(self.dim)
+        for name, shape, dtype, how in self.entries:
+            if how[0] == "beta":
+                coef[how[1] : how[2]] = np.ravel(point[name])
+        for name, shape, dtype, how in self.entries:
+            if how[0] == "group":
+                val = np.asarray(point[name], dtype=float).reshape(-1, len(how[1]))
+                for j, (start, L, scale, mean_const, mean_idx) in enumerate(how[1]):
+                    if how[2]:
+                        coef[start : start + L] = val[:, j] * sds[scale]
+                    else:
+                        m = mean_const if mean_idx is None else coef[mean_idx]
+                        coef[start : start + L] = val[:, j] - m
+        return h, coef
+
+
+@dataclass
+class MixedModel:
+    """A mixed model read from PyMC: the problem, its layout and the variables it owns."""
+
+    problem: MixedProblem
+    layout: MixedLayout
+    rvs: list  # every free variable the mixed step owns
+    hyper_names: list  # names of the hyperparameters' value variables (for messages)
+
+
+def _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model):
+    """Compile ``h -> (log prior, term sds, observation sd)``."""
+    values = [model.rvs_to_values[r] for r in hyper_rvs]
+    if hyper_rvs:
+        logp = model.logp(vars=hyper_rvs, jacobian=True, sum=True)
+        untransformed = model.replace_rvs_by_values(list(hyper_rvs))
+        # evaluated at every hyperparameter proposal: compiled, unlike the one-off
+        # detection graphs
+        fn = pytensor.function(values, [logp, *untransformed], on_unused_input="ignore")
+        fn.trust_input = True
+    else:
+        fn = None
+    shapes = [shape_of(r) for r in hyper_rvs]
+    sizes = [int(np.prod(s)) for s in shapes]
+    cuts = np.cumsum(sizes)[:-1]
+    by_rv = {r: i for i, r in enumerate(hyper_rvs)}
+    const_sds = np.asarray(const_sds, dtype=float)
+    dtypes = [v.dtype for v in values]
+
+    def hyper(h):
+        if fn is None:
+            return 0.0, const_sds.copy(), float(noise[1]) if noise[1] is not None else np.nan
+        parts = [
+            np.asarray(x.reshape(s), dtype=dt)
+            for x, s, dt in zip(np.split(h, cuts), shapes, dtypes)
+        ]
+        with np.errstate(all="ignore"):
+            out = fn(*parts)
+        logp, vals = float(out[0]), [np.ravel(np.asarray(v, dtype=float)) for v in out[1:]]
+        sds = np.concatenate(
+            [np.broadcast_to(vals[by_rv[rv]], (k,))[j : j + 1] for rv, k, j in scale_slots]
+            + [const_sds]
+        )
+        if noise[0] is not None:
+            noise_sd = float(vals[by_rv[noise[0]]][0])
+        else:
+            noise_sd = float(noise[1]) if noise[1] is not None else np.nan
+        return logp, sds, noise_sd
+
+    return hyper
+
+
+def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
+    """Describe the mixed model in ``model`` (see the module docstring).
+
+    Raises
+    ------
+    UnsupportedModelError
+        Naming the part of the model that is not supported and what to use instead.
+    """
+    model = pm.modelcontext(model)
+    free = set(model.free_RVs)
+    observed = list(model.observed_RVs)
+    if len(observed) != 1:
+        raise UnsupportedModelError(
+            f"the mixed-model sampler needs exactly one observed variable; the model has "
+            f"{[r.name for r in observed]}. Sample this model with {NUTS}."
+        )
+    (obs,) = observed
+    term = classify_observed(obs, model)
+    if term is None:
+        raise UnsupportedModelError(
+            f"observed variable {obs.name!r} ({dist_name(obs)}) is not a GLM likelihood "
+            f"SplitGibbs reads. Sample this model with {NUTS}."
+        )
+    if term.kind == "split":
+        fam_cls = term.family
+        if not getattr(fam_cls, "log_concave", False) or term.kind != "split":
+            raise UnsupportedModelError(
+                f"observed variable {obs.name!r}: the {dist_name(obs)} likelihood is not yet "
+                f"supported in mixed models by SplitGibbs. Sample this model with {NUTS}."
+            )
+        nuis_free = free_rvs_in(list(term.nuisance.values()), model) if term.nuisance else []
+        if nuis_free:
+            raise UnsupportedModelError(
+                f"observed variable {obs.name!r}: its {dist_name(obs)} dispersion/shape parameter "
+                f"{[r.name for r in nuis_free]} is free; the mixed-model sampler does not yet "
+                f"update dispersion parameters with the coefficients. Fix it, or sample this "
+                f"model with {NUTS}."
+            )
+    elif term.kind != "gaussian":
+        raise UnsupportedModelError(
+            f"observed variable {obs.name!r}: {dist_name(obs)} likelihoods are not supported "
+            f"in mixed models by SplitGibbs. Sample this model with {NUTS}."
+        )
+    eta = term.eta
+    group_vars = _index_nodes(eta, model)
+    if not group_vars:
+        raise UnsupportedModelError(
+            f"observed variable {obs.name!r}: no group-specific term u[g] found in its linear "
+            "predictor."
+        )
+    y = observed_data(model.rvs_to_values[obs], obs.name).ravel()
+    n = y.shape[0]
+
+    sources, indices = [], []
+    for gv in group_vars:
+        node = gv.owner
+        src_var, idx_var = node.inputs
+        name = _strip(src_var).name or getattr(src_var, "name", None) or "group term"
+        source = _read_source(src_var, model, name)
+        idx = np.asarray(value_of(idx_var))
+        if idx.ndim != 1 or idx.shape[0] != n or not np.issubdtype(idx.dtype, np.integer):
+            raise UnsupportedModelError(
+                f"group-specific term {name!r}: its index must be one integer per row "
+                f"({n}); received shape {idx.shape} of {idx.dtype}."
+            )
+        if idx.size and (idx.min() < 0 or idx.max() >= source.n_levels):
+            raise ValueError(
+                f"group-specific term {name!r}: its group index must lie in [0, "
+                f"{source.n_levels}); received values from {idx.min()} to {idx.max()}."
+            )
+        sources.append(source)
+        indices.append(idx.astype(np.intp))
+    owners = {}
+    for gv, s in zip(group_vars, sources):
+        if s.rv in owners:
+            raise UnsupportedModelError(
+                f"group coefficients {s.rv.name!r} enter the linear predictor more than once."
+            )
+        owners[s.rv] = gv
+
+    # common coefficients: the free variables reached without passing through a term
+    blockers = list(group_vars) + list(free)
+    common = [r for r in model.free_RVs if r in set(ancestors([eta], blockers=blockers))]
+    means = [s.mean_rv for s in sources if s.mean_rv is not None]
+    for m in means:
+        if m not in common:
+            common.append(m)
+    hyper_rvs = []
+    for s in sources:
+        if s.scale is not None and s.scale not in hyper_rvs:
+            hyper_rvs.append(s.scale)
+    noise = (None, None)
+    if term.kind == "gaussian":
+        sig = _strip(term.sigma)
+        if sig in free:
+            if free_rvs_in(sig.owner.inputs[2:], model):
+                raise UnsupportedModelError(
+                    f"observed variable {obs.name!r}: the prior of its sigma depends on other "
+                    f"free variables. Sample this model with {NUTS}."
+                )
+            if int(np.prod(shape_of(sig))) != 1:
+                raise UnsupportedModelError(
+                    f"observed variable {obs.name!r}: sigma must be one scalar (heteroscedastic "
+                    f"models are not supported in mixed models). Sample this model with {NUTS}."
+                )
+            if sig not in hyper_rvs:
+                hyper_rvs.append(sig)
+            noise = (sig, None)
+        elif _is_const(term.sigma, model):
+            sval = np.asarray(value_of(term.sigma), dtype=float)
+            if sval.size != 1 or not (np.isfinite(sval).all() and (sval > 0).all()):
+                raise UnsupportedModelError(
+                    f"observed variable {obs.name!r}: a fixed sigma must be one positive number."
+                )
+            noise = (None, float(sval.ravel()[0]))
+        else:
+            raise UnsupportedModelError(
+                f"observed variable {obs.name!r}: its sigma is a function of free variables, "
+                f"not one free scale. Sample this model with {NUTS}."
+            )
+    for r in common:
+        if r in hyper_rvs or r in owners:
+            raise UnsupportedModelError(
+                f"variable {r.name!r} is both a coefficient and part of a group term."
+            )
+        if model.rvs_to_transforms.get(r) is not None or not isinstance(
+            r.owner.op, (NormalRV, pm.distributions.continuous.FlatRV)
+        ):
+            raise UnsupportedModelError(
+                f"coefficient {r.name!r} has a {dist_name(r)} prior; the mixed-model sampler "
+                f"needs Normal or Flat priors on the common coefficients. Sample this model "
+                f"with {NUTS}."
+            )
+        if free_rvs_in(r.owner.inputs[2:], model):
+            raise UnsupportedModelError(
+                f"coefficient {r.name!r}: its prior depends on free variables "
+                f"{[x.name for x in free_rvs_in(r.owner.inputs[2:], model)]} but it is not "
+                f"indexed by a group (u[g]); SplitGibbs reads hierarchical priors only on "
+                f"group-specific terms. Sample this model with {NUTS}."
+            )
+    owned = set(common) | set(owners) | set(hyper_rvs)
+    # nothing else in the model may depend on what the step owns
+    for rv in model.basic_RVs:
+        if rv in owned or rv is obs:
+            continue
+        deps = set(free_rvs_in(rv.owner.inputs[2:], model)) & owned
+        if deps:
+            raise UnsupportedModelError(
+                f"variable {rv.name!r} depends on {sorted(d.name for d in deps)}, which the "
+                f"mixed-model sampler updates; that is not supported. Sample this model with "
+                f"{NUTS}."
+            )
+    for pot in model.potentials:
+        if set(free_rvs_in([pot], model)) & owned:
+            raise UnsupportedModelError(
+                f"pm.Potential {pot.name!r} involves variables of the mixed model; SplitGibbs "
+                f"cannot include arbitrary potentials. Sample this model with {NUTS}."
+            )
+    for s in sources:
+        for hv in [s.scale] if s.scale is not None else []:
+            if free_rvs_in(hv.owner.inputs[2:], model):
+                raise UnsupportedModelError(
+                    f"the prior of scale {hv.name!r} depends on free variables. Sample this "
+                    f"model with {NUTS}."
+                )
+
+    # -- affine reading of eta in (common coefficients, indexed group columns) ---------
+    placeholders = [gv.type() for gv in group_vars]
+    replace = {gv: ph for gv, ph in zip(group_vars, placeholders)}
+    common_values = [model.rvs_to_values[r] for r in common]
+    replace.update({r: v for r, v in zip(common, common_values)})
+    outs = [eta]
+    split = term.kind == "split"
+    if split:
+        outs.append(term.param)
+    graphs = clone_replace(outs, replace=replace)
+    leftover = [
+        v
+        for v in ancestors(graphs)
+        if v.owner is not None and isinstance(v.owner.op, RandomVariable)
+    ]
+    if leftover:
+        raise UnsupportedModelError(
+            f"observed variable {obs.name!r}: its linear predictor depends on free variables "
+            "other than the common coefficients and the group-specific terms, or on a group "
+            f"term outside u[g] (e.g. {[getattr(v, 'name', None) for v in leftover][:3]}). "
+            f"Sample this model with {NUTS}."
+        )
+    fn = pytensor.function(
+        common_values + placeholders, graphs, on_unused_input="ignore", mode=DETECT_MODE
+    )
+    c_shapes = [shape_of(r) for r in common]
+    c_sizes = [int(np.prod(s)) for s in c_shapes]
+    p = int(sum(c_sizes))
+    ph_shapes = [
+        (n,) if s.k == 1 and gv.ndim == 1 else (n, s.k) for gv, s in zip(group_vars, sources)
+    ]
+
+    def evaluate(beta, ws):
+        parts = np.split(beta, np.cumsum(c_sizes)[:-1]) if p else []
+        args = [
+            np.asarray(b.reshape(s), dtype=v.dtype)
+            for b, s, v in zip(parts, c_shapes, common_values)
+        ] + [
+            np.asarray(w.reshape(s), dtype=ph.dtype)
+            for w, s, ph in zip(ws, ph_shapes, placeholders)
+        ]
+        with np.errstate(all="ignore"):
+            res = fn(*args)
+        return [np.broadcast_to(np.asarray(r, dtype=float), (n,)).copy() for r in res]
+
+    zeros_w = [np.zeros((n, s.k)) for s in sources]
+    base = evaluate(np.zeros(p), zeros_w)
+    offset = base[0]
+    X = np.empty((n, p))
+    for j in range(p):
+        e = np.zeros(p)
+        e[j] = 1.0
+        X[:, j] = evaluate(e, zeros_w)[0] - offset
+    columns = []
+    for t, s in enumerate(sources):
+        cols = []
+        for j in range(s.k):
+            ws = [np.zeros((n, q.k)) for q in sources]
+            ws[t][:, j] = 1.0
+            cols.append(evaluate(np.zeros(p), ws)[0] - offset)
+        columns.append(cols)
+    rng = np.random.default_rng(seed)
+    for _ in range(2):
+        beta = rng.normal(size=p)
+        ws = [rng.normal(size=(n, s.k)) for s in sources]
+        got = evaluate(beta, ws)
+        want = offset + X @ beta
+        for t, s in enumerate(sources):
+            for j in range(s.k):
+                want = want + columns[t][j] * ws[t][:, j]
+        scale = 1.0 + np.abs(want)
+        if not np.all(np.abs(got[0] - want) <= 1e-8 * scale):
+            raise UnsupportedModelError(
+                f"observed variable {obs.name!r}: its linear predictor is not linear in the "
+                "coefficients and the group-specific terms (e.g. a product of two group terms, "
+                f"or a nonlinear function of a coefficient). Sample this model with {NUTS}."
+            )
+        if split:
+            par = got[1]
+            link = term.link
+            with np.errstate(all="ignore"):
+                if link.exposure:
+                    ratio = np.log(par) - got[0]
+                    ok = np.allclose(ratio, np.log(base[1]) - base[0], rtol=1e-8, atol=1e-8)
+                else:
+                    ok = np.all(np.abs(par - link.inverse(got[0])) <= 1e-9)
+            if not ok:
+                raise UnsupportedModelError(
+                    f"observed variable {obs.name!r}: its {term.pname} is not the inverse link "
+                    f"of the linear predictor (found {link.inverse_name}). Sample this model with "
+                    f"{NUTS}."
+                )
+    if split and term.link.exposure:
+        with np.errstate(all="ignore"):
+            offset = offset + (np.log(base[1]) - base[0])
+
+    # priors of the common coefficients
+    beta_mean, beta_prec = np.zeros(p), np.zeros(p)
+    start = 0
+    for r, size in zip(common, c_sizes):
+        if isinstance(r.owner.op, NormalRV):
+            mu, sd = (np.asarray(value_of(x), dtype=float) for x in r.owner.inputs[2:])
+            sd = np.broadcast_to(sd, shape_of(r)).ravel()
+            if not (np.all(np.isfinite(sd)) and np.all(sd > 0)):
+                raise ValueError(
+                    f"coefficient {r.name!r}: its Normal prior needs a positive sigma."
+                )
+            beta_mean[start : start + size] = np.broadcast_to(mu, shape_of(r)).ravel()
+            beta_prec[start : start + size] = 1.0 / sd**2
+        start += size
+    common_start = dict(zip(common, np.cumsum([0] + c_sizes[:-1]).astype(int)))
+
+    # scales: one slot per (scale variable, column), then the fixed scales
+    scale_slots, const_sds, terms = [], [], []
+    term_specs = []
+    slot_of = {}
+    for t, s in enumerate(sources):
+        specs = []
+        for j in range(s.k):
+            if s.scale is not None:
+                k_sc = int(np.prod(shape_of(s.scale)))
+                key = (s.scale, j if k_sc > 1 else 0)
+                if key not in slot_of:
+                    slot_of[key] = len(scale_slots)
+                    scale_slots.append((s.scale, k_sc, key[1]))
+                slot = slot_of[key]
+            else:
+                slot = ("const", len(const_sds))
+                const_sds.append(float(s.scale_value[j]))
+            specs.append(slot)
+        term_specs.append(specs)
+    n_rv_slots = len(scale_slots)
+    col = p
+    layout_groups = []
+    for t, (s, gv) in enumerate(zip(sources, group_vars)):
+        rv_name = model.rvs_to_values[s.rv].name
+        cols_layout = []
+        for j in range(s.k):
+            spec = term_specs[t][j]
+            slot = spec if not isinstance(spec, tuple) else n_rv_slots + spec[1]
+            values = columns[t][j]
+            label = rv_name if s.k == 1 else f"{rv_name}[{j}]"
+            terms.append(GroupTerm(label, f"factor{t}", indices[t], values, s.n_levels, slot))
+            mean_idx = None
+            mean_const = float(s.mean_value[j]) if not s.noncentred else 0.0
+            if s.mean_rv is not None:
+                m_size = int(np.prod(shape_of(s.mean_rv)))
+                mean_idx = int(common_start[s.mean_rv] + (j if m_size > 1 else 0))
+                # u = m + v: m multiplies the term's value column
+                X[:, mean_idx] += values
+            elif mean_const != 0.0:
+                offset = offset + values * mean_const
+            cols_layout.append((col, s.n_levels, slot, mean_const, mean_idx))
+            col += s.n_levels
+        layout_groups.append((s, cols_layout))
+    # terms indexed by the same integer column share a grouping factor (one Q_BB block)
+    factor_ids = {}
+    relabelled = []
+    for gt in terms:
+        key = (gt.n_levels, gt.index.tobytes())
+        fid = factor_ids.setdefault(key, f"factor{len(factor_ids)}")
+        relabelled.append(GroupTerm(gt.name, fid, gt.index, gt.values, gt.n_levels, gt.scale))
+    terms = tuple(relabelled)
+
+    hyper_size = int(sum(int(np.prod(shape_of(r))) for r in hyper_rvs))
+    hyper = _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model)
+    trials = None
+    family = None
+    if split:
+        if term.trials is not None:
+            if free_rvs_in([term.trials], model):
+                raise UnsupportedModelError(
+                    f"observed variable {obs.name!r}: the number of trials must be data."
+                )
+            trials = np.broadcast_to(np.asarray(value_of(term.trials), dtype=float), (n,)).copy()
+        family = term.family()
+        family.validate(y, trials, obs.name)
+    problem = MixedProblem(
+        y=y,
+        X=X,
+        offset=offset,
+        beta_mean=beta_mean,
+        beta_precision=beta_prec,
+        terms=terms,
+        hyper=hyper,
+        hyper_size=hyper_size,
+        family=family,
+        trials=trials,
+    )
+    entries = []
+    for r in common:
+        vv = model.rvs_to_values[r]
+        st = int(common_start[r])
+        entries.append(
+            (vv.name, shape_of(r), vv.dtype, ("beta", st, st + int(np.prod(shape_of(r)))))
+        )
+    for s, cols_layout in layout_groups:
+        vv = model.rvs_to_values[s.rv]
+        entries.append((vv.name, shape_of(s.rv), vv.dtype, ("group", cols_layout, s.noncentred)))
+    hs = 0
+    for r in hyper_rvs:
+        vv = model.rvs_to_values[r]
+        size = int(np.prod(shape_of(r)))
+        entries.append((vv.name, shape_of(r), vv.dtype, ("hyper", hs, hs + size)))
+        hs += size
+    layout = MixedLayout(entries, hyper_size, problem.dim)
+    rvs = list(common) + [s.rv for s in sources] + list(hyper_rvs)
+    return MixedModel(problem, layout, rvs, [model.rvs_to_values[r].name for r in hyper_rvs])

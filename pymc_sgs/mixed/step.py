@@ -1,0 +1,333 @@
+"""``SplitGibbs`` on mixed models: group-specific terms with free scales.
+
+``SplitGibbs(...)`` builds this step when an observed variable's linear predictor indexes
+group coefficients whose scale is a free variable (``u[g]`` with ``u ~ Normal(0, tau)``,
+or Bambi's ``tau * offset[g]``; :func:`has_mixed_terms`). It runs
+:class:`pymc_sgs.mixed.kernel.MixedKernel` on the model read by
+:func:`pymc_sgs.mixed.read.read_mixed_model`, and owns the common coefficients, the group
+coefficients, their scales and (for a Normal likelihood) the observation sd.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pymc.step_methods.compound import StepMethodState
+from pymc.step_methods.state import dataclass_state
+from pymc.util import get_random_generator
+
+from ..backends import LocalBackend
+from ..kernel import validate_alpha, validate_rho
+from ..rho import validate_bias_tol
+from ..shift import validate_shift, validate_shift_moves, validate_shift_relaxation
+from ..start import validate_init
+from ..step_base import (
+    RHO_CHECK_FACTOR,
+    RHO_CHECK_MIN_DRAWS,
+    BaseSplitGibbs,
+    _data_fingerprints,
+    _validate_sweep_every,
+    _warn_user,
+)
+from .joint import LaplaceJointKernel
+from .kernel import HyperProposal, MixedKernel, MixedState
+from .laplace import hyper_mode
+from .read import read_mixed_model
+
+__all__ = ["MixedSplitGibbs", "has_mixed_terms"]
+
+#: acceptance rate the random-walk h-moves are tuned towards (Roberts and Rosenthal, 2001)
+WALK_TARGET = 0.3
+#: hyperparameter moves per iteration: an independence move from the Laplace fit of
+#: p(h | y), then a random-walk move
+HYPER_MOVES = 2
+#: moves of the coefficients alone per iteration (GLMMs, exact kernel): each costs one
+#: likelihood evaluation, against a factorization for a hyperparameter move
+COEF_MOVES = 3
+
+
+@dataclass_state
+class MixedSplitGibbsState(StepMethodState):
+    # per-chain state: restored between sequentially sampled chains
+    state: Any
+    feedback: Any
+    tune: bool
+    walk_log_scale: float
+    rho_check: Any
+
+
+class MixedSplitGibbs(BaseSplitGibbs):
+    """:class:`~pymc_sgs.SplitGibbs` for generalised linear mixed models.
+
+    Built by ``SplitGibbs(...)`` itself; takes the same arguments. The group scales (and a
+    Normal likelihood's sigma) move *together with* the coefficients, never given them:
+
+    * Normal likelihood (linear mixed model): the coefficients are integrated out exactly,
+      the hyperparameters ``h`` take Metropolis moves on ``p(h | y)``, and the
+      coefficients are drawn from their Gaussian conditional
+      (:class:`pymc_sgs.mixed.kernel.MixedKernel`). Exact.
+    * Bernoulli, Binomial, Poisson (GLMMs), ``rho="auto"`` (the default): joint moves of
+      ``(h, coefficients)`` whose coefficient part is the Laplace approximation given the
+      proposed ``h``, accepted with the exact Metropolis-Hastings ratio, then moves of the
+      coefficients alone (:class:`pymc_sgs.mixed.joint.LaplaceJointKernel`). Exact: there
+      is no split, so no rho and no bias.
+    * GLMMs with a fixed ``rho``: the split model of the paper, ``z | coefficients`` exactly
+      and then ``(h, coefficients) | z`` with the coefficients integrated out
+      (:class:`~pymc_sgs.mixed.kernel.MixedKernel`); the draws carry importance weights
+      for :func:`pymc_sgs.psis_summary`. It mixes slowly when the data pin the linear
+      predictor (``benchmarks/results/mixed.md``), which is why it is not the default.
+
+    Supported options: ``rho``, ``log_weights`` (True/False; split GLMMs), ``vars`` (None,
+    or every variable the step owns), ``model``, ``rng``; ``bias_tol`` is accepted and has
+    no effect (nothing is split by default). ``exact=True``, a non-default ``backend``,
+    ``center=True`` and the shift-move options of the GLM path are refused: this step has
+    no shift move and runs in-process.
+
+    Sampler stats: ``rho`` (nan unless split), ``log_weight`` (``log pi - log pi_rho`` + const
+    of every draw when split, else 0), ``z_proposals`` (mean Gaussian proposals per exact
+    ``z_i`` draw when split, else nan), ``hyper_accept`` and ``coef_accept`` (mean acceptance
+    probabilities of the hyperparameter and the coefficient moves).
+
+    The hyperparameters' mode and the inverse Hessian there (exact for a Normal
+    likelihood, Laplace otherwise; :func:`pymc_sgs.mixed.laplace.hyper_mode`) are computed
+    once, when the step is built: they shape the proposals and start every chain at a draw
+    from that approximation.
+    """
+
+    _state_class = MixedSplitGibbsState
+    stats_dtypes_shapes = {
+        "rho": (np.float64, []),
+        "log_weight": (np.float64, []),
+        "z_proposals": (np.float64, []),
+        "hyper_accept": (np.float64, []),
+        "coef_accept": (np.float64, []),
+    }
+
+    def _setup(
+        self,
+        vars,
+        *,
+        rho,
+        alpha,
+        bias_tol,
+        exact,
+        exact_sweeps,
+        log_weights,
+        model,
+        rng,
+        split_gaussian,
+        theta_solver,
+        dtype,
+        backend,
+        split,
+        n_shards,
+        center,
+        init,
+        shift,
+        shift_moves,
+        shift_relaxation,
+        sweep_every,
+    ):
+        where = "for a mixed model (group-specific terms with free scales)"
+        self.auto_rho = isinstance(rho, str) and rho == "auto"
+        if not self.auto_rho:
+            if np.ndim(rho) != 0:
+                raise ValueError(
+                    f"rho must be 'auto' or one positive number {where}; received an array of "
+                    f"shape {np.shape(rho)}."
+                )
+            validate_rho(rho, 1)
+            rho = float(rho)
+        validate_init(init)
+        validate_alpha(alpha)
+        validate_shift(shift)
+        validate_shift_moves(shift_moves)
+        validate_shift_relaxation(shift_relaxation)
+        _validate_sweep_every(sweep_every, f"a model {where}, which has no shift move")
+        self.bias_tol = validate_bias_tol(bias_tol)
+        if not isinstance(log_weights, (bool, np.bool_)):
+            raise ValueError(
+                f"log_weights must be True or False {where}; received {log_weights!r}."
+            )
+        refused = [
+            ("exact", exact, not exact, "exact=False (the default)"),
+            ("split_gaussian", split_gaussian, not split_gaussian, "split_gaussian=False"),
+            ("theta_solver", theta_solver, theta_solver == "auto", "theta_solver='auto'"),
+            ("dtype", dtype, dtype == "float64", "dtype='float64'"),
+            ("split", split, split == "observations", "split='observations'"),
+            ("n_shards", n_shards, n_shards is None, "n_shards=None"),
+            ("center", center, not center, "center=False"),
+            (
+                "backend",
+                backend,
+                backend is None or (isinstance(backend, LocalBackend) and not backend.n_shards),
+                "the default in-process back end",
+            ),
+        ]
+        for name, value, ok, instead in refused:
+            if not ok:
+                raise ValueError(
+                    f"{name}={value!r} is not available {where}; use {instead}. The mixed-model "
+                    "step samples the group scales with the coefficients in-process "
+                    "(pymc_sgs.mixed); exact=True is not needed for a Normal likelihood, "
+                    "which it samples exactly, and for other likelihoods psis_summary removes "
+                    "the rho-bias."
+                )
+        model = pm.modelcontext(model)
+        mixed = read_mixed_model(model)
+        self.mixed = mixed
+        self.problem = problem = mixed.problem
+        owned = [model.rvs_to_values[r] for r in mixed.rvs]
+        if vars is not None:
+            from ..graph import user_theta_rvs
+
+            given = {model.rvs_to_values[r].name for r in user_theta_rvs(vars, model)}
+            want = {v.name for v in owned}
+            if given != want:
+                raise ValueError(
+                    f"vars must be None or every variable of the mixed model {sorted(want)}: "
+                    "the step updates the scales together with the coefficients. Received "
+                    f"{sorted(given)}."
+                )
+        self.vars = owned
+        self.log_weights = bool(log_weights)
+        self.split = problem.family is not None and not self.auto_rho
+        if problem.family is None:
+            kernel = MixedKernel(problem)
+            self.rho = float("nan")
+        else:
+            kernel = LaplaceJointKernel(problem)
+            self.rho = float("nan") if self.auto_rho else float(rho)
+        h0 = mixed.layout.from_point(model.initial_point(), problem.hyper)[0]
+        self.mode = hyper_mode(kernel, h0)
+        if self.split:
+            kernel = MixedKernel(problem, rho=self.rho, log_weights=self.log_weights)
+        elif problem.family is not None:
+            kernel.set_reference(self.mode.coef, self.mode.row_weights)
+        self.kernel = kernel
+        K = problem.hyper_size
+        if K:
+            cov = self.mode.h_cov
+            self.h_chol = np.linalg.cholesky(cov + 1e-12 * np.eye(K))
+        else:
+            self.h_chol = np.zeros((0, 0))
+        self._data_fingerprints = _data_fingerprints(model)
+        self._check_data = True
+        self.tune = True
+        self._reset_chain_state()
+        self.rng = get_random_generator(rng)
+
+    def __repr__(self) -> str:
+        p = self.problem
+        fam = "Normal (exact)" if p.family is None else repr(p.family)
+        terms = ", ".join(f"{t.name}[{t.n_levels}]" for t in p.terms)
+        rho = f", rho={self.rho:.4g}" if self.split else ""
+        return f"SplitGibbs(mixed model: {fam}, n={p.n}, p={p.p}, terms=[{terms}]{rho})"
+
+    def _reset_chain_state(self):
+        self.state = None
+        self.feedback = self._fresh_feedback()
+        self.walk_log_scale = 0.0
+        self.rho_check = [] if self.split else None
+
+    def _proposal(self) -> HyperProposal:
+        K = self.problem.hyper_size
+        scale = 2.38 / np.sqrt(max(K, 1)) * np.exp(self.walk_log_scale)
+        return HyperProposal(
+            walk_chol=scale * self.h_chol,
+            centre=self.mode.h if K else None,
+            indep_chol=1.2 * self.h_chol if K else None,
+            df=4.0,
+            moves=HYPER_MOVES,
+        )
+
+    def _start(self) -> MixedState:
+        """A chain's start: ``h`` from the Laplace fit of ``p(h | y)``, then the coefficients."""
+        kernel = self.kernel
+        K = self.problem.hyper_size
+        h = self.mode.h + (self.h_chol @ self.rng.standard_normal(K) if K else 0.0)
+        if kernel.factorize(h) is None:
+            h = self.mode.h
+        if self.problem.family is not None:
+            coef = self.mode.coef + kernel.coef_mean
+            return kernel.init(h, coef, self.rng)
+        ev = kernel.evaluate(h, kernel.data_part(None))
+        return kernel.init(h, kernel.draw_coef(ev, self.rng), self.rng)
+
+    def step(self, point):
+        if self._check_data:
+            self._check_data_unchanged()
+            self._check_data = False
+        if self.state is None:
+            self.state = self._start()
+        if isinstance(self.kernel, LaplaceJointKernel):
+            state, info = self.kernel.step(self.state, self.rng, self._proposal(), COEF_MOVES)
+            coef = state.coef + self.kernel.coef_mean
+            log_weight, z_prop, coef_acc = 0.0, float("nan"), info.coef_accept
+        else:
+            state, info = self.kernel.step(self.state, self.rng, self._proposal())
+            coef = state.coef
+            log_weight = info.log_weight if self.split else 0.0
+            z_prop = info.n_proposals / max(self.problem.n, 1) if self.split else float("nan")
+            coef_acc = 1.0  # an exact Gibbs draw
+        self.state = state
+        if self.tune:
+            # Robbins-Monro on the random-walk scale, during tuning only (then frozen)
+            t = self.feedback["tune_draws"] = self.feedback["tune_draws"] + 1
+            self.walk_log_scale += (info.hyper_accept - WALK_TARGET) / np.sqrt(t)
+            if self.rho_check is not None:
+                self.rho_check.append(log_weight)
+        _, sds, _ = self.kernel.hyper_values(state.h)
+        new = dict(point)
+        new.update(self.mixed.layout.to_point(state.h, coef, sds))
+        stats = {
+            "rho": float(self.rho),
+            "log_weight": float(log_weight),
+            "z_proposals": float(z_prop),
+            "hyper_accept": float(info.hyper_accept),
+            "coef_accept": float(coef_acc),
+        }
+        return new, [stats]
+
+    def stop_tuning(self):
+        """End of tuning: freeze the random-walk scale and check rho's bias certificate."""
+        if self.tune and self.rho_check is not None:
+            lw = np.asarray(self.rho_check[len(self.rho_check) // 5 :])
+            self.rho_check = None
+            if lw.size >= RHO_CHECK_MIN_DRAWS:
+                sd_w = float(np.sqrt(np.expm1(np.var(lw, ddof=1))))
+                if sd_w > RHO_CHECK_FACTOR * self.bias_tol:
+                    _warn_user(
+                        f"SplitGibbs: at rho={self.rho:.4g} the tuning draws' importance "
+                        f"weights have sd(w/E w) = {sd_w:.3f}, above bias_tol="
+                        f"{self.bias_tol:g}: the rho-bias is not negligible. psis_summary(idata) "
+                        "removes it; or pass a smaller rho, or rho='auto' (exact moves, no "
+                        "split).",
+                    )
+            else:
+                _warn_user(
+                    f"SplitGibbs: only {lw.size} tuning draws had importance weights, too few "
+                    f"to check the rho-bias of rho={self.rho:.4g}; increase tune (500 or "
+                    "more).",
+                )
+        self.tune = False
+
+
+def has_mixed_terms(model, vars=None) -> bool:
+    """Whether ``SplitGibbs(vars, ...)`` builds :class:`MixedSplitGibbs` for ``model``.
+
+    Yes when group coefficients have a free scale (or mean), unless ``vars`` leaves those
+    hyperparameters out: then the GLM path samples the coefficients and PyMC assigns the
+    scales to NUTS, as before this step existed.
+    """
+    from ..graph import user_theta_rvs
+    from .read import group_hyperparameters
+
+    hyper = group_hyperparameters(model)
+    if not hyper:
+        return False
+    if vars is None:
+        return True
+    return set(hyper) <= set(user_theta_rvs(vars, model))
