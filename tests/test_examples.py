@@ -42,6 +42,7 @@ CASES = {
         "quantile_regression_posterior.png",
     ],
     "multinomial_logit.py": ["multinomial_logit_forest.png"],
+    "mixed_models.py": ["mixed_models.png"],
 }
 #: examples whose quick run takes over a minute of CPU (six models, each also under NUTS)
 SLOW = {"bambi_glms.py"}
