@@ -40,6 +40,9 @@ import copy
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
+from scipy.linalg.lapack import dpotrf as _potrf
+from scipy.linalg.lapack import dpotrs as _potrs
+from scipy.linalg.lapack import dtrtrs as _trtrs
 
 __all__ = [
     "DENSE_MAX",
@@ -137,13 +140,15 @@ class DenseFactor:
         self.chol, self.logdet = chol, logdet
 
     def solve(self, b) -> np.ndarray:
-        return scipy.linalg.cho_solve((self.chol, True), b, check_finite=False)
+        # LAPACK directly: these small solves run several times per iteration, and SciPy's
+        # wrappers cost more than the arithmetic
+        x, info = _potrs(self.chol, b, lower=1)
+        return x
 
     def sample(self, eps) -> np.ndarray:
         """``x ~ N(0, Q^{-1})`` from ``eps ~ N(0, I)``: ``L^{-T} eps``, so ``x^T Q x = eps^T eps``."""
-        return scipy.linalg.solve_triangular(
-            self.chol, eps, trans="T", lower=True, check_finite=False
-        )
+        x, info = _trtrs(self.chol, eps, lower=1, trans=1)
+        return x
 
 
 class SparseFactor:
@@ -297,10 +302,9 @@ class MixedPrecision:
         if self.method == "dense":
             Q = self.G * inv_s2
             Q[np.diag_indices_from(Q)] += lam
-            try:
-                chol = scipy.linalg.cholesky(Q, lower=True, check_finite=False)
-            except (np.linalg.LinAlgError, ValueError):
-                raise np.linalg.LinAlgError("precision not positive definite") from None
+            chol, info = _potrf(Q, lower=1, clean=1, overwrite_a=1)
+            if info != 0:
+                raise np.linalg.LinAlgError("precision not positive definite")
             return DenseFactor(chol, 2.0 * float(np.sum(np.log(np.diag(chol)))))
         if self.method == "schur":
             return self._schur(lam, inv_s2)
