@@ -213,17 +213,21 @@ def _worker_main(job, queue):
 WORKER_START = {"method": "spawn"}
 
 
-def run_job(job: dict, timeout: float) -> dict:
+def run_job(job: dict, timeout: float, worker=None, method: str | None = None) -> dict:
     """Run ``job`` in a fresh process; kill its process group after ``timeout`` s.
+
+    ``worker(job, queue)`` runs in the child (default :func:`_worker_main`, the GLM
+    samplers; :mod:`harness.mixed_cases` passes its own) and ``method`` overrides
+    :data:`WORKER_START`.
 
     Full mode: ``spawn`` (a fresh interpreter per sampler). ``--quick``: ``forkserver``
     with pymc/pymc_sgs preloaded, i.e. still a fresh process per sampler, forked from a
     server that has only imported the libraries; it saves ~4 s of imports per run. Peak
     PSS then counts the preloaded library pages shared with the server at half weight.
     """
-    ctx = mp.get_context(WORKER_START["method"])
+    ctx = mp.get_context(method or WORKER_START["method"])
     q = ctx.Queue()
-    p = ctx.Process(target=_worker_main, args=(job, q))
+    p = ctx.Process(target=worker or _worker_main, args=(job, q))
     t0 = time.perf_counter()
     p.start()
     res = None
