@@ -233,3 +233,20 @@ def test_fixed_scale_group_terms_stay_with_the_glm_path():
         pm.Normal("y", pm.Normal("b0", 0, 5) + u[g], 1.0, observed=y)
         step = pymc_sgs.SplitGibbs()
     assert not isinstance(step, MixedSplitGibbs)
+
+
+def test_rarely_accepted_moves_are_reported():
+    from pymc_sgs.step_base import SamplerFeedbackWarning
+
+    with lmm("centred", family="bernoulli"):
+        step = pymc_sgs.SplitGibbs()
+    step.tune = False
+    with pytest.warns(SamplerFeedbackWarning, match="coef_accept = 0.010"):
+        for _ in range(step.HEALTH_CHECK_DRAW):
+            step._check_acceptance(0.5, 0.01)
+    # healthy rates: no warning
+    step._reset_chain_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(step.HEALTH_CHECK_DRAW):
+            step._check_acceptance(0.4, 0.6)

@@ -43,6 +43,9 @@ WALK_TARGET = 0.3
 #: hyperparameter moves per iteration: an independence move from the Laplace fit of
 #: p(h | y), then a random-walk move
 HYPER_MOVES = 2
+#: mean acceptance (hyperparameter or coefficient moves) over the first HEALTH_CHECK_DRAW
+#: draws after tuning below which the step warns that it barely moves
+ACCEPT_WARN = 0.05
 #: moves of the coefficients alone per iteration (GLMMs, exact kernel): each costs one
 #: likelihood evaluation, against a factorization for a hyperparameter move
 COEF_MOVES = 3
@@ -279,6 +282,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
             self.walk_log_scale += (info.hyper_accept - WALK_TARGET) / np.sqrt(t)
             if self.rho_check is not None:
                 self.rho_check.append(log_weight)
+        if not self.tune:
+            self._check_acceptance(info.hyper_accept, coef_acc)
         _, sds, _ = self.kernel.hyper_values(state.h)
         new = dict(point)
         new.update(self.mixed.layout.to_point(state.h, coef, sds))
@@ -290,6 +295,32 @@ class MixedSplitGibbs(BaseSplitGibbs):
             "coef_accept": float(coef_acc),
         }
         return new, [stats]
+
+    def _check_acceptance(self, hyper_accept, coef_accept):
+        """Warn once per chain when the moves are rarely accepted (the chain barely mixes).
+
+        The Gaussian proposal of the coefficients degrades with the number of coefficients
+        and with how far the likelihood is from Gaussian: on lme4's InstEval as a logistic
+        GLMM (4,124 coefficients) its acceptance was 0.02 (benchmarks/results/mixed_insteval.md).
+        """
+        fb = self.feedback
+        fb["draws"] += 1
+        fb["hyper_accept"] = fb.get("hyper_accept", 0.0) + float(hyper_accept)
+        fb["coef_accept"] = fb.get("coef_accept", 0.0) + float(coef_accept)
+        if fb["warned"] or fb["draws"] != self.HEALTH_CHECK_DRAW:
+            return
+        fb["warned"] = True
+        rates = {k: fb[k] / fb["draws"] for k in ("hyper_accept", "coef_accept")}
+        low = {k: v for k, v in rates.items() if v < ACCEPT_WARN}
+        if low:
+            what = ", ".join(f"{k} = {v:.3f}" for k, v in low.items())
+            _warn_user(
+                f"SplitGibbs (mixed model): mean acceptance {what} over the first "
+                f"{self.HEALTH_CHECK_DRAW} draws (< {ACCEPT_WARN}): the Gaussian proposal of "
+                "the coefficients fits this posterior poorly, so the chain barely moves and its "
+                "draws are unreliable. Check R-hat and the ESS; sample this model with NUTS "
+                "(nutpie) instead.",
+            )
 
     def stop_tuning(self):
         """End of tuning: freeze the random-walk scale and check rho's bias certificate."""
