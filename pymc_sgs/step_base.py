@@ -17,7 +17,10 @@ from pymc.step_methods.compound import BlockedStep, Competence
 from pytensor.compile.sharedvalue import SharedVariable
 
 from .backends import Backend
+from .kernel import validate_rho
 from .options import ExactOptions, ShiftOptions, resolve_legacy, resolve_move
+from .shift import validate_shift, validate_shift_moves, validate_shift_relaxation
+from .start import validate_init
 from .user_warnings import warn_user
 from .validate import check_count
 
@@ -266,12 +269,17 @@ class BaseSplitGibbs(BlockedStep):
             self.shift_move.freeze()
         self.tune = False
 
-    def _check_rho_certificate(self):
-        """Warn when the tuning draws' weights say rho="auto" misses ``bias_tol``.
+    def _check_rho_certificate(
+        self,
+        origin: str | None = "rho='auto', from the Laplace approximation",
+        instead: str = "or pass a smaller fixed rho (e.g. half)",
+    ):
+        """Warn when the tuning draws' weights say rho misses ``bias_tol``.
 
         rho="auto" comes from the Laplace approximation of ``Var(log w)``; the chain's own
         log weights (the last 80% of the tuning draws, past the burn-in) estimate the same
-        variance without that approximation.
+        variance without that approximation. ``origin`` says where rho came from and
+        ``instead`` what else to do, in the message.
         """
         lw = np.asarray(self.rho_check[len(self.rho_check) // 5 :])
         self.rho_check = None
@@ -285,10 +293,11 @@ class BaseSplitGibbs(BlockedStep):
         sd_w = float(np.sqrt(np.expm1(np.var(lw, ddof=1))))
         if sd_w > RHO_CHECK_FACTOR * self.bias_tol:
             _warn_user(
-                f"SplitGibbs: at rho={float(self.kernel.rho):.4g} (rho='auto', from the Laplace "
-                f"approximation) the tuning draws' importance weights have sd(w/E w) = "
+                f"SplitGibbs: at rho={float(self.kernel.rho):.4g}"
+                + (f" ({origin})" if origin else "")
+                + " the tuning draws' importance weights have sd(w/E w) = "
                 f"{sd_w:.3f}, above bias_tol={self.bias_tol:g}: the bias is not certified. "
-                "psis_summary(idata) removes it; or pass a smaller fixed rho (e.g. half).",
+                f"psis_summary(idata) removes it; {instead}.",
             )
 
     @staticmethod
@@ -382,6 +391,39 @@ def _validate_sweep_every(sweep_every, without_shift: str | None):
             f"sweeps; received {without_shift}. Use sweep_every=1 (or 'auto')."
         )
     return int(sweep_every)
+
+
+def _validate_scalar_rho(rho, where: str) -> bool:
+    """``rho="auto"`` (returns True) or one positive number (False), for steps with one rho."""
+    if isinstance(rho, str) and rho == "auto":
+        return True
+    if np.ndim(rho) != 0:
+        raise ValueError(
+            f"rho must be 'auto' or a scalar {where}; received an array of shape {np.shape(rho)}."
+        )
+    validate_rho(rho, 1)
+    return False
+
+
+def _validate_without_shift(init, shift, shift_moves, shift_relaxation, sweep_every, where):
+    """Check the GLM path's start and shift options for a step that makes no shift move.
+
+    They are checked (a misspelt value fails as it would on the GLM path) and, except
+    ``init``, have no effect; ``sweep_every`` above 1 is refused. Returns ``init``.
+    """
+    init = validate_init(init)
+    validate_shift(shift)
+    validate_shift_moves(shift_moves)
+    validate_shift_relaxation(shift_relaxation)
+    _validate_sweep_every(sweep_every, f"a model {where}, which has no shift move")
+    return init
+
+
+def _refuse_unavailable(options, where: str, why: str = "") -> None:
+    """Raise for the first ``(name, value, ok, instead)`` whose ``ok`` is False."""
+    for name, value, ok, instead in options:
+        if not ok:
+            raise ValueError(f"{name}={value!r} is not available {where}; use {instead}.{why}")
 
 
 def _validate_weight_options(exact, exact_sweeps, log_weights, auto_rho: bool) -> int:

@@ -18,17 +18,17 @@ from pymc.util import get_random_generator
 
 from .backends import LocalBackend
 from .detect_multinomial import detect_categorical
-from .kernel import validate_alpha, validate_rho
+from .kernel import validate_alpha
 from .multinomial import CategoricalSplitKernel, max_weight_classes
 from .rho import RhoTuner, validate_bias_tol
-from .shift import validate_shift, validate_shift_moves, validate_shift_relaxation
-from .start import validate_init
 from .step_base import (
     AUTO_RHO_START,
     BaseSplitGibbs,
     _data_fingerprints,
-    _validate_sweep_every,
+    _refuse_unavailable,
+    _validate_scalar_rho,
     _validate_weight_options,
+    _validate_without_shift,
 )
 
 __all__ = ["CategoricalSplitGibbs"]
@@ -105,26 +105,17 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
     ):
         """The constructor proper (``SplitGibbs.__init__`` maps the public arguments here)."""
         where = "for a pm.Categorical (multinomial logit) likelihood"
-        self.auto_rho = isinstance(rho, str) and rho == "auto"
-        if not self.auto_rho:
-            if isinstance(rho, str) or rho is None:
-                raise ValueError(
-                    "rho must be 'auto' or a positive coupling such as rho=0.2 (in units of "
-                    f"the logits); received {rho!r}."
-                )
-            if np.ndim(rho) != 0:
-                raise ValueError(
-                    f"rho must be 'auto' or a scalar {where}; received an array of shape "
-                    f"{np.shape(rho)}."
-                )
-            validate_rho(rho, 1)
-        self.init = validate_init(init)
+        if (isinstance(rho, str) and rho != "auto") or rho is None:
+            raise ValueError(
+                "rho must be 'auto' or a positive coupling such as rho=0.2 (in units of "
+                f"the logits); received {rho!r}."
+            )
+        self.auto_rho = _validate_scalar_rho(rho, where)
         # the joint (theta, z) shift of pymc_sgs.shift is written for one-dimensional
         # potentials; this step has none, whatever ``shift`` says
-        validate_shift(shift)
-        validate_shift_moves(shift_moves)
-        validate_shift_relaxation(shift_relaxation)
-        _validate_sweep_every(sweep_every, f"a model {where}, which has no shift move")
+        self.init = _validate_without_shift(
+            init, shift, shift_moves, shift_relaxation, sweep_every, where
+        )
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
         self.weight_every = _validate_weight_options(
@@ -148,9 +139,7 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
             ("n_shards", n_shards, n_shards is None, "no n_shards"),
             ("center", center, not center, "center=False"),
         ]
-        for key, value, ok, instead in unsupported:
-            if not ok:
-                raise ValueError(f"{key}={value!r} is not available {where}; use {instead}.")
+        _refuse_unavailable(unsupported, where)
         if backend is not None and not (
             isinstance(backend, LocalBackend) and backend.n_shards is None
         ):

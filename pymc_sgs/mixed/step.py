@@ -19,16 +19,14 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator
 
 from ..backends import LocalBackend
-from ..kernel import validate_alpha, validate_rho
+from ..kernel import validate_alpha
 from ..rho import validate_bias_tol
-from ..shift import validate_shift, validate_shift_moves, validate_shift_relaxation
-from ..start import validate_init
 from ..step_base import (
-    RHO_CHECK_FACTOR,
-    RHO_CHECK_MIN_DRAWS,
     BaseSplitGibbs,
     _data_fingerprints,
-    _validate_sweep_every,
+    _refuse_unavailable,
+    _validate_scalar_rho,
+    _validate_without_shift,
     _warn_user,
 )
 from .joint import LaplaceJointKernel
@@ -134,21 +132,9 @@ class MixedSplitGibbs(BaseSplitGibbs):
         sweep_every,
     ):
         where = "for a mixed model (group-specific terms with free scales)"
-        self.auto_rho = isinstance(rho, str) and rho == "auto"
-        if not self.auto_rho:
-            if np.ndim(rho) != 0:
-                raise ValueError(
-                    f"rho must be 'auto' or one positive number {where}; received an array of "
-                    f"shape {np.shape(rho)}."
-                )
-            validate_rho(rho, 1)
-            rho = float(rho)
-        validate_init(init)
+        self.auto_rho = _validate_scalar_rho(rho, where)
+        _validate_without_shift(init, shift, shift_moves, shift_relaxation, sweep_every, where)
         validate_alpha(alpha)
-        validate_shift(shift)
-        validate_shift_moves(shift_moves)
-        validate_shift_relaxation(shift_relaxation)
-        _validate_sweep_every(sweep_every, f"a model {where}, which has no shift move")
         self.bias_tol = validate_bias_tol(bias_tol)
         if not isinstance(log_weights, (bool, np.bool_)):
             raise ValueError(
@@ -169,15 +155,13 @@ class MixedSplitGibbs(BaseSplitGibbs):
                 "the default in-process back end",
             ),
         ]
-        for name, value, ok, instead in refused:
-            if not ok:
-                raise ValueError(
-                    f"{name}={value!r} is not available {where}; use {instead}. The mixed-model "
-                    "step samples the group scales with the coefficients in-process "
-                    "(pymc_sgs.mixed); exact=True is not needed for a Normal likelihood, "
-                    "which it samples exactly, and for other likelihoods psis_summary removes "
-                    "the rho-bias."
-                )
+        _refuse_unavailable(
+            refused,
+            where,
+            " The mixed-model step samples the group scales with the coefficients in-process "
+            "(pymc_sgs.mixed); exact=True is not needed: with rho='auto' it samples the "
+            "posterior exactly (with a fixed rho, psis_summary removes the rho-bias).",
+        )
         model = pm.modelcontext(model)
         mixed = read_mixed_model(model)
         self.mixed = mixed
@@ -323,26 +307,11 @@ class MixedSplitGibbs(BaseSplitGibbs):
             )
 
     def stop_tuning(self):
-        """End of tuning: freeze the random-walk scale and check rho's bias certificate."""
+        """End of tuning: freeze the random-walk scale; with a fixed rho, check its bias."""
         if self.tune and self.rho_check is not None:
-            lw = np.asarray(self.rho_check[len(self.rho_check) // 5 :])
-            self.rho_check = None
-            if lw.size >= RHO_CHECK_MIN_DRAWS:
-                sd_w = float(np.sqrt(np.expm1(np.var(lw, ddof=1))))
-                if sd_w > RHO_CHECK_FACTOR * self.bias_tol:
-                    _warn_user(
-                        f"SplitGibbs: at rho={self.rho:.4g} the tuning draws' importance "
-                        f"weights have sd(w/E w) = {sd_w:.3f}, above bias_tol="
-                        f"{self.bias_tol:g}: the rho-bias is not negligible. psis_summary(idata) "
-                        "removes it; or pass a smaller rho, or rho='auto' (exact moves, no "
-                        "split).",
-                    )
-            else:
-                _warn_user(
-                    f"SplitGibbs: only {lw.size} tuning draws had importance weights, too few "
-                    f"to check the rho-bias of rho={self.rho:.4g}; increase tune (500 or "
-                    "more).",
-                )
+            self._check_rho_certificate(
+                origin=None, instead="or pass a smaller rho, or rho='auto' (exact moves, no split)"
+            )
         self.tune = False
 
 
