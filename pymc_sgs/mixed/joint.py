@@ -45,6 +45,7 @@ class _Fit(NamedTuple):
     mode: np.ndarray  # c*(h), deviations from the prior mean
     factor: object  # of H(h) = A^T W A + diag(lam)
     w: np.ndarray  # likelihood curvature of each row at c*(h)
+    sds: np.ndarray  # the term sds at h
 
 
 class JointState(NamedTuple):
@@ -110,7 +111,14 @@ class LaplaceJointKernel(MixedKernel):
                 mode, _, factor, w = coef_mode(self, lam, c0)
         except np.linalg.LinAlgError:
             return None
-        return _Fit(np.asarray(h, dtype=float), lam, float(log_prior), mode, factor, w)
+        return _Fit(np.asarray(h, dtype=float), lam, float(log_prior), mode, factor, w, sds)
+
+    def scales(self, h) -> np.ndarray:
+        """Term sds at ``h``: those of the current fit when it is ``h``'s."""
+        f = self._fit
+        if f is not None and np.array_equal(f.h, h):
+            return f.sds
+        return self.hyper_values(h)[1]
 
     def log_joint(self, fit: _Fit, c) -> float:
         """``log p(y | c) + log N(c; 0, Lambda^-1) + log p(h)`` up to a constant."""

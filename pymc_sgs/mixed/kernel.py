@@ -90,6 +90,7 @@ class _Factored(NamedTuple):
     inv_s2: float
     const: float  # the part of log p(h) + log p(z | h) that does not depend on z
     slot: int
+    sds: np.ndarray  # the term sds at h
 
 
 class _Eval(NamedTuple):
@@ -147,6 +148,13 @@ class MixedKernel:
         """``(log prior, term sds, observation sd)`` at ``h``."""
         return self.problem.hyper(np.asarray(h, dtype=float))
 
+    def scales(self, h) -> np.ndarray:
+        """Term sds at ``h``: those of the state's factorization when it is ``h``'s."""
+        f = self._factored
+        if f is not None and np.array_equal(f.h, h):
+            return f.sds
+        return self.hyper_values(h)[1]
+
     def prior_precision(self, sds) -> np.ndarray:
         sds = np.asarray(sds, dtype=float)
         return np.concatenate([self.beta_precision, 1.0 / sds[self.level_term] ** 2])
@@ -181,7 +189,7 @@ class MixedKernel:
             + 0.5 * float(np.sum(np.log(lam[lam > 0])))
             - 0.5 * factor.logdet
         )
-        return _Factored(np.asarray(h, dtype=float), factor, lam, inv_s2, const, slot)
+        return _Factored(np.asarray(h, dtype=float), factor, lam, inv_s2, const, slot, sds)
 
     def evaluate(self, h, data, slot: int = 0, factored=None) -> _Eval:
         """Log of ``p(h) p(z | h)`` (coefficients integrated out) and the factorization.

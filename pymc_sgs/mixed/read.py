@@ -378,8 +378,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
             f"SplitGibbs reads. Sample this model with {NUTS}."
         )
     if term.kind == "split":
-        fam_cls = term.family
-        if not getattr(fam_cls, "log_concave", False) or term.kind != "split":
+        if not getattr(term.family, "log_concave", False):
             raise UnsupportedModelError(
                 f"observed variable {obs.name!r}: the {dist_name(obs)} likelihood is not yet "
                 f"supported in mixed models by SplitGibbs. Sample this model with {NUTS}."
@@ -512,13 +511,6 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
                 f"pm.Potential {pot.name!r} involves variables of the mixed model; SplitGibbs "
                 f"cannot include arbitrary potentials. Sample this model with {NUTS}."
             )
-    for s in sources:
-        for hv in [s.scale] if s.scale is not None else []:
-            if free_rvs_in(hv.owner.inputs[2:], model):
-                raise UnsupportedModelError(
-                    f"the prior of scale {hv.name!r} depends on free variables. Sample this "
-                    f"model with {NUTS}."
-                )
 
     # -- affine reading of eta in (common coefficients, indexed group columns) ---------
     placeholders = [gv.type() for gv in group_vars]

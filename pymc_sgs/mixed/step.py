@@ -268,7 +268,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
                 self.rho_check.append(log_weight)
         if not self.tune:
             self._check_acceptance(info.hyper_accept, coef_acc)
-        _, sds, _ = self.kernel.hyper_values(state.h)
+        sds = self.kernel.scales(state.h)
         new = dict(point)
         new.update(self.mixed.layout.to_point(state.h, coef, sds))
         stats = {
