@@ -98,10 +98,10 @@ class LaplaceJointKernel(MixedKernel):
 
     def fit(self, h, c0=None):
         """The Gaussian proposal of ``c | h, y``; None where ``h`` is impossible."""
-        log_prior, sds, _ = self.hyper_values(h)
-        if not (np.isfinite(log_prior) and np.all(np.isfinite(sds)) and np.all(sds > 0)):
+        prior = self.prior_at(h)
+        if prior is None:
             return None
-        lam = self.prior_precision(sds)
+        log_prior, sds, _, lam = prior
         try:
             if self._reference is not None:
                 c_ref, w, g0, prec = self._reference

@@ -148,6 +148,14 @@ class MixedKernel:
         """``(log prior, term sds, observation sd)`` at ``h``."""
         return self.problem.hyper(np.asarray(h, dtype=float))
 
+    def prior_at(self, h):
+        """``(log prior, term sds, observation sd, prior precision)`` at ``h``; None where the
+        prior density is zero or the sds are not positive and finite."""
+        log_prior, sds, noise_sd = self.hyper_values(h)
+        if not (np.isfinite(log_prior) and np.all(np.isfinite(sds)) and np.all(sds > 0)):
+            return None
+        return float(log_prior), sds, noise_sd, self.prior_precision(sds)
+
     def scales(self, h) -> np.ndarray:
         """Term sds at ``h``: those of the state's factorization when it is ``h``'s."""
         f = self._factored
@@ -171,13 +179,13 @@ class MixedKernel:
 
     def factorize(self, h, slot: int = 0):
         """Prior precision and factorization of ``Q(h)``; None where ``h`` is impossible."""
-        log_prior, sds, noise_sd = self.hyper_values(h)
-        s = self.rho if self.split else float(noise_sd)
-        if not (np.isfinite(log_prior) and np.all(np.isfinite(sds)) and np.all(sds > 0)):
+        prior = self.prior_at(h)
+        if prior is None:
             return None
+        log_prior, sds, noise_sd, lam = prior
+        s = self.rho if self.split else float(noise_sd)
         if not (np.isfinite(s) and s > 0):
             return None
-        lam = self.prior_precision(sds)
         inv_s2 = 1.0 / s**2
         try:
             factor = self.precision.factor(lam, inv_s2, slot)

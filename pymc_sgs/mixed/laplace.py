@@ -72,10 +72,10 @@ def coef_mode(kernel, lam, c0=None, *, tol=1e-9, max_iter=100):
 
 
 def _log_post_laplace(kernel, h, cache):
-    log_prior, sds, _ = kernel.hyper_values(h)
-    if not (np.isfinite(log_prior) and np.all(np.isfinite(sds)) and np.all(sds > 0)):
+    prior = kernel.prior_at(h)
+    if prior is None:
         return -np.inf
-    lam = kernel.prior_precision(sds)
+    log_prior, _, _, lam = prior
     try:
         c, obj, factor, _ = coef_mode(kernel, lam, cache.get("c"))
     except np.linalg.LinAlgError:
