@@ -594,12 +594,14 @@ class SplitGibbsKernel:
         if self.alpha == 0.0:
             z, mode, n_prop, acc = self.sample_z(state.theta, state.z_mode, rng, state.z)
             info = SGSInfo(z_proposals=n_prop, z_accept=acc)
-            theta = self.theta_conditional.sample(z, rng)
+            # A^T z of the new z stays valid after theta | z: kept for the shift move's centre
+            atz = self.theta_conditional.split_rhs(z)
+            theta = self.theta_conditional.sample_from_rhs(atz, rng)
             if weights:
                 log_w, mode = self.log_weight(theta, mode)
                 info = info._replace(log_weight=log_w)
-                return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w), info
-            return SGSState(theta=theta, z=z, z_mode=mode), info
+                return SGSState(theta=theta, z=z, z_mode=mode, log_weight=log_w, atz=atz), info
+            return SGSState(theta=theta, z=z, z_mode=mode, atz=atz), info
         atz = state.atz if state.atz is not None else self.theta_conditional.split_rhs(state.z)
         theta = self.theta_conditional.sample_from_rhs(
             atz, rng, theta=state.theta, alpha=self.alpha
