@@ -30,9 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
-from .start import ROW_BLOCK, weighted_gram
 from .validate import check_real
-from .weights import N_NODES, log_weight_rows
 
 __all__ = ["RhoTuner", "validate_bias_tol", "pilot_rho", "laplace_log_weight_var"]
 
@@ -147,48 +145,14 @@ def laplace_log_weight_var(kernel, mode, chol, rho) -> float:
     (``s_i = |L^-1 a_i|``), i.e. over the range the posterior explores, so the expansion
     is exact for quadratic ``psi_i`` and deterministic (no Monte Carlo error). Costs three
     quadrature passes over the rows and one ``n d^2`` product. ``g`` and ``W`` are sums over
-    rows: a sharded kernel (``kernel.log_weight_var_parts``) adds up its shards' parts.
+    rows, computed where the rows are (:meth:`pymc_sgs.rows.LocalRows.log_weight_var_parts`).
     """
-    if hasattr(kernel, "log_weight_var_parts"):
-        g, W = kernel.log_weight_var_parts(mode, chol, rho)
-    else:
-        g, W = log_weight_var_parts(kernel, mode, chol, rho)
+    g, W = kernel.rows.log_weight_var_parts(mode, chol, rho)
     # whiten by L: H^-1 = L^-T L^-1
     gw = scipy.linalg.solve_triangular(chol, g, lower=True)
     Ww = scipy.linalg.solve_triangular(chol, W, lower=True)
     Ww = scipy.linalg.solve_triangular(chol, Ww.T, lower=True)
     return float(gw @ gw + 0.5 * np.sum(Ww * Ww))
-
-
-def log_weight_var_parts(kernel, mode, chol, rho) -> tuple:
-    """``(g, W)`` of :func:`laplace_log_weight_var` over the kernel's split rows."""
-    rho_rows = np.broadcast_to(np.asarray(rho, dtype=float), (kernel.A.shape[0],))
-    d = mode.shape[0]
-    g = np.zeros(d)
-    W = np.zeros((d, d))
-    n_nodes = getattr(kernel, "n_nodes", N_NODES)
-    for fam, term, sl in zip(kernel.families, kernel.split_terms, kernel._slices):
-        y = np.broadcast_to(np.asarray(term.y, dtype=float), (term.n,))
-        trials = None if term.trials is None else np.broadcast_to(term.trials, (term.n,))
-        rho_t = rho_rows[sl]
-        # row blocks bound the n x nodes quadrature temporaries
-        for b in range(0, term.n, ROW_BLOCK):
-            rows = slice(b, b + ROW_BLOCK)
-            A = np.asarray(term.A[rows], dtype=float)
-            eta = A @ mode + term.offset[rows]
-            # posterior sd of each row's linear predictor under the Laplace approximation
-            s = np.sqrt(np.sum(scipy.linalg.solve_triangular(chol, A.T, lower=True) ** 2, axis=0))
-            s = np.maximum(s, 1e-8)
-            tr = None if trials is None else trials[rows]
-            psi = [
-                log_weight_rows(fam, y[rows], tr, eta + k * s, rho_t[rows], None, n_nodes)[0]
-                for k in (-1.0, 0.0, 1.0)
-            ]
-            d1 = (psi[2] - psi[0]) / (2.0 * s)
-            d2 = (psi[2] - 2.0 * psi[1] + psi[0]) / s**2
-            g += A.T @ d1
-            W += weighted_gram(A, d2)
-    return g, W
 
 
 def pilot_rho(

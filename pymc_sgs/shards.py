@@ -391,6 +391,8 @@ class ShardKernel:
         self.mh_steps = int(mh_steps)
         n, d = term.A.shape
         self.d = d
+        #: number of data rows
+        self.n = n
         self.b = validate_n_shards(n_shards, n)
         self.rho = self._validate_rho(rho)
         rows = np.array_split(np.arange(n), self.b)

@@ -50,8 +50,7 @@ import numpy as np
 import scipy.linalg
 
 from .conditionals import triangular_solve
-from .fused import shifted_potential_change
-from .start import ROW_BLOCK, kernel_neg_log_posterior
+from .rows import MoveDropped
 from .validate import check_bool
 
 __all__ = [
@@ -146,28 +145,7 @@ def laplace_mean_offset(kernel, mode, chol) -> np.ndarray:
        approximations to expectations and variances of nonpositive functions. JASA 84,
        710-716.
     """
-    return mean_offset_from_rhs(mean_offset_rhs(kernel, mode, chol), chol)
-
-
-def mean_offset_rhs(kernel, mode, chol) -> np.ndarray:
-    """``sum_i U_i^(3)(eta_i) a_i |L^-1 a_i|^2`` over the kernel's split rows (additive over
-    row shards); :func:`mean_offset_from_rhs` turns the total into the offset."""
-    d = mode.shape[0]
-    v = np.zeros(d)
-    # rows per block: the solve's block x d temporaries stay below ~32 MB for any d
-    block = max(1, min(ROW_BLOCK, (1 << 22) // max(d, 1)))
-    for fam, term in zip(kernel.families, kernel.split_terms):
-        n = term.A.shape[0]
-        for start in range(0, n, block):
-            rows = slice(start, min(start + block, n))
-            # dense: the shift move needs the Cholesky theta-step, which refuses sparse designs
-            a = np.asarray(term.A[rows], dtype=float)
-            eta = a @ mode + term.offset[rows]
-            trials = None if term.trials is None else np.broadcast_to(term.trials, (n,))[rows]
-            u3 = _third_derivative(fam, eta, term.y[rows], trials)
-            w = scipy.linalg.solve_triangular(chol, a.T, lower=True, check_finite=False)
-            v += a.T @ (u3 * np.einsum("ji,ji->i", w, w))
-    return v
+    return mean_offset_from_rhs(kernel.rows.mean_offset_rhs(mode, chol), chol)
 
 
 def mean_offset_from_rhs(v, chol) -> np.ndarray:
@@ -176,60 +154,6 @@ def mean_offset_from_rhs(v, chol) -> np.ndarray:
     # a non-finite third derivative (overflow at an extreme linear predictor) must not reach
     # the proposal: the centre is then the mode, as without the correction
     return offset if np.all(np.isfinite(offset)) else np.zeros(np.shape(v))
-
-
-def curvature_sum(kernel, mean) -> tuple:
-    """``(sum_i U_i''(a_i^T mean + o_i), number of rows)`` over the kernel's split rows."""
-    total, count = 0.0, 0
-    for fam, term in zip(kernel.families, kernel.split_terms):
-        eta = term.A @ mean + term.offset
-        total += float(np.sum(fam.hess(eta, term.y, term.trials)))
-        count += eta.shape[0]
-    return total, count
-
-
-def split_potential_change(kernel, z, delta) -> tuple:
-    """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]``, ``z + A delta`` and ``A delta``.
-
-    One compiled pass per split term where the kernel has one; the numpy potentials
-    otherwise.
-    """
-    k = kernel
-    n = z.shape[0]
-    z_prop = np.empty(n)
-    a_delta = np.empty(n)
-    change = 0.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        for index, (fam, term, sl) in enumerate(zip(k.families, k.split_terms, k._slices)):
-            code = k._codes[index] if k.engine == "numba" and not k._piecewise[index] else None
-            if code is not None:
-                A, _, y, t = k._term_data[index]
-                change += shifted_potential_change(
-                    code, A, delta, np.ascontiguousarray(z[sl]), y, t, z_prop[sl], a_delta[sl]
-                )
-            else:
-                a_delta[sl] = k.A[sl] @ delta
-                z_prop[sl] = z[sl] + a_delta[sl]
-                change += float(
-                    np.sum(fam.potential(z_prop[sl], term.y, term.trials))
-                    - np.sum(fam.potential(z[sl], term.y, term.trials))
-                )
-    return change, z_prop, a_delta
-
-
-def _third_derivative(fam, eta, y, trials) -> np.ndarray:
-    """``U^(3)`` at ``eta``: the family's own, else a central difference of its exact ``U''``.
-
-    The difference (step ``h = 1e-4 (1 + |eta|)``, truncation error of order ``h^2``) serves
-    families without closed-form higher derivatives (probit, Gamma, exponential); the value
-    only places the proposal's centre, and any fixed centre keeps the move exact.
-    """
-    derivs = fam.taylor_derivatives(eta, y, trials)
-    if derivs is not None:
-        return np.broadcast_to(np.asarray(derivs[2], dtype=float), eta.shape)
-    h = 1e-4 * (1.0 + np.abs(eta))
-    with np.errstate(over="ignore", invalid="ignore"):
-        return (fam.hess(eta + h, y, trials) - fam.hess(eta - h, y, trials)) / (2.0 * h)
 
 
 def moves_for_acceptance(accept: float) -> int:
@@ -306,6 +230,7 @@ class ShiftMove:
         self.moves = 1 if self._adapt_moves else int(self.moves)
         self._chol_f = np.asfortranarray(self.chol, dtype=float)
         self._mean_curvature = None
+        self._offset_rhs = None
         self._mean_offset = None
 
     def __deepcopy__(self, memo):
@@ -319,15 +244,28 @@ class ShiftMove:
                 setattr(new, name, copy.deepcopy(value, memo))
         return new
 
+    def _setup(self) -> None:
+        # the constants of the move, sums over the rows at the reference mean: one pass (one
+        # round trip for rows held elsewhere), made once
+        if self._mean_curvature is None:
+            total, count, self._offset_rhs = self.kernel.rows.shift_constants(
+                np.asarray(self.mean, dtype=float), self.chol, offset=self.mean_correction
+            )
+            self._mean_curvature = total / max(count, 1)
+
     def mean_curvature(self) -> float:
         """Mean of ``U_i''`` over the split rows at the reference mean (computed once)."""
-        if self._mean_curvature is None:
-            total, count = curvature_sum(self.kernel, self.mean)
-            self._mean_curvature = total / max(count, 1)
+        self._setup()
         return self._mean_curvature
 
     def _compute_mean_offset(self) -> np.ndarray:
-        return laplace_mean_offset(self.kernel, np.asarray(self.mean, dtype=float), self.chol)
+        """The first-order mean offset (:func:`laplace_mean_offset`) at the reference mean."""
+        self._setup()
+        if self._offset_rhs is None:
+            self._offset_rhs = self.kernel.rows.mean_offset_rhs(
+                np.asarray(self.mean, dtype=float), self.chol
+            )
+        return mean_offset_from_rhs(self._offset_rhs, self.chol)
 
     def centre(self, state) -> np.ndarray:
         """Centre of the reference Gaussian for a move from ``state``.
@@ -358,10 +296,9 @@ class ShiftMove:
         return self._residual_mode(state) + self._mean_offset
 
     def _residual_mode(self, state) -> np.ndarray:
-        tc = getattr(self.kernel, "theta_conditional", None)
-        if not self.recenter or state.atz is None or not hasattr(tc, "residual_projection"):
+        if not self.recenter or state.atz is None:
             return self.mean
-        atr = tc.residual_projection(state.theta, state.atz)
+        atr = self.kernel.theta_conditional.residual_projection(state.theta, state.atz)
         if atr is None:
             return self.mean
         g = self.mean_curvature() * atr
@@ -371,9 +308,7 @@ class ShiftMove:
 
     def _log_unsplit(self, theta):
         """``-V(theta)``: prior and Normal terms at their current values."""
-        return -kernel_neg_log_posterior(self.kernel, include_split=False)(
-            theta, need_derivatives=False
-        )[0]
+        return -self.kernel.neg_log_posterior(include_split=False)(theta, need_derivatives=False)[0]
 
     def _log_reference(self, theta, centre):
         """Log density of the reference Gaussian ``N(centre, (L L^T)^-1)`` up to a constant."""
@@ -381,18 +316,18 @@ class ShiftMove:
         return -0.5 * float(u @ u)
 
     def _split_change(self, z, delta):
-        """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]``, ``z + A delta`` and ``A delta``."""
-        return split_potential_change(self.kernel, z, delta)
+        """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]``, ``z + A delta`` and ``A delta``
+        (the last two None where the rows keep them)."""
+        return self.kernel.rows.shift_propose(z, delta)
 
     def _accepted(self, state, prop, delta, z_prop, a_delta):
         """The state after an accepted move."""
-        tc = self.kernel.theta_conditional
         atz = None
-        if state.atz is not None and hasattr(tc, "split_rhs_change"):
-            atz = state.atz + tc.split_rhs_change(delta, a_delta)
-        # the shifted modes go into A delta's buffer: no further n-vector at the peak
-        z_mode = np.add(state.z_mode, a_delta, out=a_delta)
-        return state._replace(theta=prop, z=z_prop, z_mode=z_mode, log_weight=float("nan"), atz=atz)
+        if state.atz is not None:
+            # before the commit, which may reuse A delta's buffer
+            atz = state.atz + self.kernel.theta_conditional.split_rhs_change(delta, a_delta)
+        z, z_mode = self.kernel.rows.shift_commit(prop, state.z_mode, z_prop, a_delta)
+        return state._replace(theta=prop, z=z, z_mode=z_mode, log_weight=float("nan"), atz=atz)
 
     def step(self, state, rng: np.random.Generator):
         """One move from ``state`` (an :class:`~pymc_sgs.kernel.SGSState`).
@@ -400,7 +335,22 @@ class ShiftMove:
         Returns ``(state, accept_prob)``. Uses ``d + 1`` random numbers. On acceptance the
         state's log weight is dropped (it depends on theta), ``A^T z`` is updated by
         ``A^T A delta / rho^2`` and the cached modes are shifted with z, as warm starts.
+
+        Rows lost during the move (rows held elsewhere) drop it: acceptance 0, not recorded
+        for tuning. The proposal's centre was computed from the ``A^T z`` that included the
+        lost z, so finishing the move with a redrawn z would break its reversibility; the
+        chain stays at its theta with the lost rows' z drawn there
+        (:meth:`pymc_sgs.kernel.SplitGibbsKernel.dropped`).
         """
+        rows = self.kernel.rows
+        rows.track(state)
+        try:
+            with rows.dropping_moves():
+                return self._move(state, rng)
+        except MoveDropped:
+            return self.kernel.dropped(state, state.log_weight), 0.0
+
+    def _move(self, state, rng: np.random.Generator):
         theta = state.theta
         centre = self.centre(state)
         eps = rng.standard_normal(theta.shape[0])
@@ -423,6 +373,7 @@ class ShiftMove:
 
     def run(self, state, rng: np.random.Generator):
         """:attr:`moves` moves from ``state``; returns ``(state, mean acceptance probability)``."""
+        self.kernel.rows.begin_draw("move")
         total = 0.0
         for _ in range(self.moves):
             state, accept_prob = self.step(state, rng)

@@ -81,52 +81,54 @@ def neg_log_posterior(prior_precision, prior_mean, split=(), gaussian=()):
         Normal terms ``sum_i (a_i^T theta - resid_i)^2 / (2 sigma_i^2)``.
 
     ``f(theta, need_derivatives=False)`` returns ``(value, None, None)``. Shared by the Laplace
-    start (here), the MAP of :mod:`pymc_sgs.centering` and the shift move.
+    start (here) and the MAP of :mod:`pymc_sgs.centering`; the kernel composes the same parts
+    with its rows (:meth:`pymc_sgs.kernel.SplitGibbsKernel.neg_log_posterior`).
     """
     P = np.asarray(prior_precision, dtype=float)
     m = np.asarray(prior_mean, dtype=float)
 
     def f(theta, need_derivatives=True):
-        r = theta - m
-        val = 0.5 * r @ P @ r
-        grad = P @ r if need_derivatives else None
-        hess = P.copy() if need_derivatives else None
-        for fam, A, offset, y, trials in split:
-            eta = A @ theta + offset
-            val += float(np.sum(fam.potential(eta, y, trials)))
-            if need_derivatives:
-                grad = grad + A.T @ fam.grad(eta, y, trials)
-                hess = hess + weighted_gram(A, fam.hess(eta, y, trials))
-        for A, resid, sigma in gaussian:
-            w = 1.0 / np.broadcast_to(np.asarray(sigma, float), (A.shape[0],)) ** 2
-            res = A @ theta - resid
-            val += 0.5 * float(np.sum(w * res**2))
-            if need_derivatives:
-                grad = grad + A.T @ (w * res)
-                hess = hess + weighted_gram(A, w)
+        parts = prior_terms(P, m, theta, need_derivatives)
+        parts = add_split_terms(split, theta, *parts, need_derivatives)
+        val, grad, hess = add_gaussian_terms(gaussian, theta, *parts, need_derivatives)
         return float(val), grad, hess
 
     return f
 
 
-def kernel_neg_log_posterior(kernel, include_split: bool = True, include_prior: bool = True):
-    """:func:`neg_log_posterior` at the kernel's current families, prior and Normal scales.
+def prior_terms(P, m, theta, need_derivatives=True):
+    """``(value, gradient, Hessian)`` of ``(theta - m)^T P (theta - m) / 2`` (None, None
+    without derivatives): where the sums of :func:`neg_log_posterior` start."""
+    r = theta - m
+    val = 0.5 * r @ P @ r
+    grad = P @ r if need_derivatives else None
+    hess = P.copy() if need_derivatives else None
+    return val, grad, hess
 
-    ``include_split=False`` leaves out the split likelihood terms (the shift move evaluates
-    them at z, not at ``A theta + o``); ``include_prior=False`` leaves out the prior (a row
-    shard's kernel, whose prior is a placeholder, contributes its rows only).
-    """
-    cond = kernel.theta_conditional
-    split = (
-        [(fam, t.A, t.offset, t.y, t.trials) for fam, t in zip(kernel.families, kernel.split_terms)]
-        if include_split
-        else ()
-    )
-    gaussian = [(A, resid, s) for (A, resid, _, _), s in zip(cond._gaussian, cond._sigmas or ())]
-    precision = np.asarray(cond._prior_precision, dtype=float)
-    if not include_prior:
-        precision = np.zeros_like(precision)
-    return neg_log_posterior(precision, cond._prior_mean, split, gaussian)
+
+def add_split_terms(split, theta, val, grad, hess, need_derivatives=True):
+    """Add ``sum_i U(a_i^T theta + o_i)`` of every ``(family, A, offset, y, trials)`` in
+    ``split`` (and its derivatives) to ``(val, grad, hess)``."""
+    for fam, A, offset, y, trials in split:
+        eta = A @ theta + offset
+        val += float(np.sum(fam.potential(eta, y, trials)))
+        if need_derivatives:
+            grad = grad + A.T @ fam.grad(eta, y, trials)
+            hess = hess + weighted_gram(A, fam.hess(eta, y, trials))
+    return val, grad, hess
+
+
+def add_gaussian_terms(gaussian, theta, val, grad, hess, need_derivatives=True):
+    """Add the Normal terms ``(A, resid, sigma)`` of :func:`neg_log_posterior` to
+    ``(val, grad, hess)``."""
+    for A, resid, sigma in gaussian:
+        w = 1.0 / np.broadcast_to(np.asarray(sigma, float), (A.shape[0],)) ** 2
+        res = A @ theta - resid
+        val += 0.5 * float(np.sum(w * res**2))
+        if need_derivatives:
+            grad = grad + A.T @ (w * res)
+            hess = hess + weighted_gram(A, w)
+    return val, grad, hess
 
 
 def laplace_start(
@@ -144,17 +146,15 @@ def laplace_start(
     matrix-free theta-step (``theta_solver="cg"``: the Hessian is d x d), a non-positive-
     definite Hessian (e.g. separable data under a flat prior), or no convergence.
     """
-    if getattr(kernel, "theta_solver", None) != "cholesky":
+    if kernel.theta_solver != "cholesky":
         return LaplaceStart(None, None, 0, "the theta-step is matrix-free (theta_solver='cg')")
     for fam in kernel.families:
         if fam.piecewise_linear or not fam.log_concave:
             return LaplaceStart(None, None, 0, f"{fam!r} is kinked or not log-concave")
-    # a sharded kernel sums its shards' parts (ShardedKernel.neg_log_posterior)
-    f = (
-        kernel.neg_log_posterior()
-        if hasattr(kernel, "neg_log_posterior")
-        else kernel_neg_log_posterior(kernel)
-    )
+    # a new chain's first pass over the rows (a back end that can lose rows counts draws
+    # per chain for its message)
+    kernel.rows.begin_chain()
+    f = kernel.neg_log_posterior()
     cond = kernel.theta_conditional
     theta = np.asarray(theta0, dtype=float).copy()
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -192,12 +192,7 @@ def laplace_start(
         # a nearly flat direction (separable data under a flat prior: the "mode" is wherever
         # Newton stopped) gives no usable approximation
         scale = np.asarray(cond._prior_precision).diagonal().copy()
-        if hasattr(kernel, "design_scale"):
-            scale += kernel.design_scale()
-        else:
-            for term in kernel.split_terms:
-                # dense: theta_solver="cholesky" refuses sparse designs
-                scale += np.einsum("ij,ij->j", term.A, term.A)
+        scale += kernel.rows.design_scale()
         if np.any(np.diag(L) ** 2 < 1e-6 * np.maximum(scale, 1e-300)):
             return LaplaceStart(None, None, it, "the posterior is nearly flat in some direction")
     draw = theta + scipy.linalg.solve_triangular(

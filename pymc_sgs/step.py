@@ -12,7 +12,6 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator
 
 from .backends import Backend, LocalBackend
-from .backends.sharded import ShardedKernel, ShardedShiftMove
 from .centering import center_problem
 from .detect import detect_split_problem
 from .detect_multinomial import has_categorical_likelihood
@@ -416,7 +415,7 @@ class SplitGibbs(BaseSplitGibbs):
         return (
             # a back end given the full data knows more rows than the model's head
             f"SplitGibbs(vars={self.detected.value_var_names}, d={p.d}, "
-            f"n_split={getattr(self.kernel, 'n', p.n_split)}, "
+            f"n_split={self.kernel.n}, "
             f"split=[{', '.join(terms)}], gaussian=[{gauss}]"
             + (f", rho={self._rho_repr()}" if p.n_split else "")
             + f", backend={self.backend.describe()}"
@@ -477,7 +476,7 @@ class SplitGibbs(BaseSplitGibbs):
                 rate_values[fr.value_name], rates = fr.update(point, self.z[sl], self.rng)
             else:
                 rates = fr.rates(point[fr.value_name])
-            self.kernel.set_term_rate(fr.term_index, rates)
+            self.kernel.rows.set_term_rate(fr.term_index, rates)
         if self.z_mode is None:
             theta = self._start_chain(theta)
             state = self.kernel.init(theta, self.rng)
@@ -566,18 +565,16 @@ class SplitGibbs(BaseSplitGibbs):
         Returns the chain's starting coefficients.
         """
         use_shift = self.shift and not self.exact
-        sharded = isinstance(self.kernel, ShardedKernel)
         untuned = not self.tune  # tune=0: stop_tuning came before the first draw
         start = None
-        if (self.init == "laplace" or use_shift or self.auto_rho) and (
-            sharded or isinstance(self.kernel, SplitGibbsKernel)
+        if (self.init == "laplace" or use_shift or self.auto_rho) and isinstance(
+            self.kernel, SplitGibbsKernel
         ):
             start = laplace_start(self.kernel, theta, self.rng)
         have_laplace = start is not None and start.theta is not None
         if have_laplace and use_shift:
-            # the same move; a sharded kernel's passes over the rows run on its shards
-            move_class = ShardedShiftMove if sharded else ShiftMove
-            self.shift_move = move_class(
+            # a sharded kernel's passes over the rows run on its shards
+            self.shift_move = ShiftMove(
                 self.kernel,
                 start.mode,
                 start.chol,
@@ -633,7 +630,7 @@ class SplitGibbs(BaseSplitGibbs):
     # ------------------------------------------------------- nuisance parameters
     def _set_families(self, point):
         for index, params in self.detected.nuisance_values(point).items():
-            self.kernel.set_family(index, self.kernel.families[index].bind(**params))
+            self.kernel.rows.set_family(index, self.kernel.families[index].bind(**params))
 
     def _check_nuisance_unchanged(self, point):
         if self.nuisance_out is None:
@@ -679,16 +676,16 @@ class SplitGibbs(BaseSplitGibbs):
                         fams[i] = self.kernel.families[i].bind(**values[i])
                     except ValueError:  # e.g. alpha underflowed to 0
                         return -np.inf
-                    lp += self.kernel.term_log_likelihood(i, state.z, fams[i])
+                    lp += self.kernel.rows.term_log_likelihood(i, state.z, fams[i])
                 if tilt and np.isfinite(lp):
                     saved = {i: self.kernel.families[i] for i in indices}
                     for i, f in fams.items():
-                        self.kernel.set_family(i, f)
+                        self.kernel.rows.set_family(i, f)
                     try:
                         lp += self.kernel.log_weight(theta, state.z_mode)[0]
                     finally:
                         for i, f in saved.items():
-                            self.kernel.set_family(i, f)
+                            self.kernel.rows.set_family(i, f)
                 return lp if not np.isnan(lp) else -np.inf
 
             x, _, _ = slice_sample(log_density, float(point[name]), self.rng, width=1.0)

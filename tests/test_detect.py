@@ -550,5 +550,5 @@ def test_shared_design_gives_the_same_draws_as_a_copied_one():
                 compute_convergence_checks=False,
             )
         draws.append(idata.posterior["b"].values)
-    assert not np.shares_memory(step.kernel.A, X)  # the second (Fortran) run copied
+    assert not np.shares_memory(step.kernel.rows.A, X)  # the second (Fortran) run copied
     np.testing.assert_array_equal(draws[0], draws[1])

@@ -332,15 +332,14 @@ def test_sharded_laplace_start_and_shift_move_match_one_process():
     """The Newton passes, the pilot rho, the shift move's constants and its potential change,
     summed over the shards, equal the single-machine kernel's; a committed move shifts every
     shard's z."""
-    from pymc_sgs.backends.sharded import ShardedShiftMove
     from pymc_sgs.rho import pilot_rho
-    from pymc_sgs.shift import ShiftMove, split_potential_change
+    from pymc_sgs.shift import ShiftMove
     from pymc_sgs.start import laplace_start
 
     model = _model(*_data())
     one = pymc_sgs.SplitGibbs(model=model, rho=0.3).kernel
     sharded = pymc_sgs.SplitGibbs(model=model, rho=0.3, backend=LocalBackend(n_shards=3)).kernel
-    d = one.A.shape[1]
+    d = one.problem.d
     s1 = laplace_start(one, np.zeros(d), np.random.default_rng(0))
     s2 = laplace_start(sharded, np.zeros(d), np.random.default_rng(0))
     for a, b in ((s1.mode, s2.mode), (s1.chol, s2.chol), (s1.theta, s2.theta)):
@@ -350,7 +349,7 @@ def test_sharded_laplace_start_and_shift_move_match_one_process():
     np.testing.assert_allclose(pilot_rho(sharded, s1.mode, s1.chol, 0.1), pilot, rtol=1e-8)
     assert pilot != 0.5  # it moved from its starting value
     m1 = ShiftMove(one, s1.mode, s1.chol)
-    m2 = ShardedShiftMove(sharded, s1.mode, s1.chol)
+    m2 = ShiftMove(sharded, s1.mode, s1.chol)
     np.testing.assert_allclose(m2.mean_curvature(), m1.mean_curvature(), rtol=1e-10)
     offset = m1._compute_mean_offset()
     assert np.linalg.norm(offset) > 1e-3
@@ -359,7 +358,7 @@ def test_sharded_laplace_start_and_shift_move_match_one_process():
     z = np.concatenate([w.z for w in sharded.transport.workers])  # shards hold rows in order
     delta = np.linspace(-0.2, 0.3, d)
     change = m2._split_change(state.z, delta)[0]
-    np.testing.assert_allclose(change, split_potential_change(one, z, delta)[0], rtol=1e-10)
+    np.testing.assert_allclose(change, one.rows.shift_propose(z, delta)[0], rtol=1e-10)
     calls = []
     call = sharded.transport.call
     sharded.transport.call = lambda name, args: calls.append(name) or call(name, args)
@@ -368,13 +367,15 @@ def test_sharded_laplace_start_and_shift_move_match_one_process():
     # its own
     assert calls == []
     np.testing.assert_array_equal(np.concatenate([w.z for w in sharded.transport.workers]), z)
-    atz = np.sum(sharded._broadcast("split_rhs", 0.3), axis=0)
+    atz = np.sum(sharded.rows._broadcast("split_rhs", 0.3), axis=0)
     assert calls == ["batch"]
     np.testing.assert_allclose(
-        np.concatenate([w.z for w in sharded.transport.workers]), z + one.A @ delta, rtol=1e-12
+        np.concatenate([w.z for w in sharded.transport.workers]), z + one.rows.A @ delta, rtol=1e-12
     )
-    np.testing.assert_allclose(atz, one.A.T @ (z + one.A @ delta - one.offset) / 0.09, rtol=1e-10)
-    sharded._broadcast("split_rhs", 0.3)
+    np.testing.assert_allclose(
+        atz, one.rows.A.T @ (z + one.rows.A @ delta - one.rows.offset) / 0.09, rtol=1e-10
+    )
+    sharded.rows._broadcast("split_rhs", 0.3)
     assert calls == ["batch", "split_rhs"]
 
 

@@ -487,7 +487,7 @@ def test_design_modified_in_place_after_construction():
         b = pm.Normal("b", 0, 1, shape=2)
         pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
         step = SplitGibbs(rho=0.3)
-        assert np.shares_memory(step.kernel.A, X)
+        assert np.shares_memory(step.kernel.rows.A, X)
         X[0, 0] += 1.0
         with pytest.raises(
             ValueError,

@@ -57,11 +57,11 @@ def _problem(family, n=300, d=4, seed=0):
 @pytest.mark.parametrize("block", [None, 64])
 def test_numba_path_reproduces_numpy_path(family, exact, block, monkeypatch):
     if block is not None:
-        # both paths draw the z-move's random numbers block by block (kernel.Z_BLOCK rows);
+        # both paths draw the z-move's random numbers block by block (rows.Z_BLOCK rows);
         # with blocks of 64 rows each term of 150 rows takes three calls, the last one short
-        import pymc_sgs.kernel as kernel_module
+        import pymc_sgs.rows as rows_module
 
-        monkeypatch.setattr(kernel_module, "Z_BLOCK", block)
+        monkeypatch.setattr(rows_module, "Z_BLOCK", block)
     prob = _problem(family)
     runs = run_both_engines(prob, rho=0.4, alpha=-0.95, seed=7, n_steps=30, exact=exact)
     assert_engines_agree(runs)
@@ -71,12 +71,12 @@ def test_row_blocks_change_the_random_numbers_not_the_rows(monkeypatch):
     # negative control for the blocked comparison above: the block size does change which
     # random number each row gets (so that comparison exercises the blocking), while a block
     # size at least the term's length reproduces the unblocked stream exactly
-    import pymc_sgs.kernel as kernel_module
+    import pymc_sgs.rows as rows_module
 
     prob = _problem("bernoulli")
     zs = {}
     for block in (64, 150, 10_000):
-        monkeypatch.setattr(kernel_module, "Z_BLOCK", block)
+        monkeypatch.setattr(rows_module, "Z_BLOCK", block)
         k = SplitGibbsKernel(prob, rho=0.4, alpha=-0.95, engine="numba")
         rng = np.random.default_rng(11)
         state = k.init(np.zeros(prob.d), rng)
@@ -118,7 +118,7 @@ def test_numba_path_follows_nuisance_changes():
         out = []
         for i in range(20):
             for j, fam in enumerate(k.families):
-                k.set_family(j, fam.bind(alpha=1.0 + 0.2 * i))
+                k.rows.set_family(j, fam.bind(alpha=1.0 + 0.2 * i))
             state, info = k.sweep(state, rng)
             out.append((state.theta.copy(), info.log_weight))
         runs[engine] = out

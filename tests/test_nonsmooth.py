@@ -669,7 +669,7 @@ def test_per_row_rho_likelihood_rows_first_then_prior_rows():
         pm.Bernoulli("yb", logit_p=a + X @ beta, observed=(y > 0).astype(float))
         rho = np.r_[np.full(30, 0.3), np.full(4, 0.05)]
         step = pymc_sgs.SplitGibbs(rho=rho)
-        rows = step.kernel._rho_rows
+        rows = step.kernel.rows._rho_rows
         sl_lik, sl_prior = step.detected.problem.term_slices()
         np.testing.assert_array_equal(rows[sl_lik], 0.3)
         np.testing.assert_array_equal(rows[sl_prior], 0.05)

@@ -245,7 +245,7 @@ def test_fused_z_pass_poisson_large_centre_matches_numpy(c):
     for engine in ("numba", "numpy"):
         kernel = SplitGibbsKernel(problem, 0.5, alpha=-0.5, engine=engine)
         with np.errstate(over="ignore", invalid="ignore"):
-            out[engine] = kernel.z_pass(theta, z0, z0, np.random.default_rng(0), weights=True)
+            out[engine] = kernel.rows.z_pass(theta, z0, z0, np.random.default_rng(0), weights=True)
     z_nb, mode_nb, _, lw_nb, _ = out["numba"]
     z_np, mode_np, _, lw_np, _ = out["numpy"]
     np.testing.assert_allclose(mode_nb, mode_np, atol=1e-6 * 0.5)
@@ -353,13 +353,13 @@ def test_ks_detects_non_invariant_move(case):
 
 
 def test_blocked_exact_z_draw_has_the_exact_law(monkeypatch):
-    # the kernel draws z | theta exactly in row blocks (pymc_sgs.kernel.Z_BLOCK) to bound the
+    # the kernel draws z | theta exactly in row blocks (pymc_sgs.rows.Z_BLOCK) to bound the
     # sampler's temporaries; with small blocks, identical rows still follow the exact law
-    import pymc_sgs.kernel as kernel_module
+    import pymc_sgs.rows as rows_module
     from pymc_sgs.kernel import SplitGibbsKernel
     from pymc_sgs.problem import ParamSlice, SplitProblem, SplitTerm
 
-    monkeypatch.setattr(kernel_module, "Z_BLOCK", 700)
+    monkeypatch.setattr(rows_module, "Z_BLOCK", 700)
     y, c, rho = 1.0, -0.8, 0.9
     prob = SplitProblem(
         params=(ParamSlice("b", (1,), 0, 1),),
@@ -376,7 +376,7 @@ def test_blocked_exact_z_draw_has_the_exact_law(monkeypatch):
         ),
     )
     kernel = SplitGibbsKernel(prob, rho=rho)
-    z, mode, n_prop, _ = kernel.sample_z(
+    z, mode, n_prop, _ = kernel.rows.draw_z(
         np.array([c]), np.full(N_ROWS, c), np.random.default_rng(5)
     )
     target = ExactZ("bernoulli", y, None, c, rho)

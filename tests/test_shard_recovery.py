@@ -22,7 +22,7 @@ from pymc_sgs.backends import (
 )
 from pymc_sgs.backends.local import InProcessShards
 from pymc_sgs.backends.shard import ShardWorker, split_rows
-from pymc_sgs.backends.sharded import ShardedShiftMove
+from pymc_sgs.shift import ShiftMove
 from pymc_sgs.start import laplace_start
 
 from .test_distributed import P, _data, _model, _posterior_mean_check, _sample
@@ -119,10 +119,10 @@ def _lose_on(name, occurrence, shard, ran=True):
 def _shards_atz(kernel):
     """``sum_k A_k^T (z_k - o_k) / rho^2`` from the z the shards hold (with an accepted shift
     move's z, whose commit waits for the next call)."""
-    pending = ("shift_commit", ()) in kernel._deferred
+    pending = ("shift_commit", ()) in kernel.rows._deferred
     zs = [w._shift_pending[0] if pending else w.z for w in kernel.transport.workers]
     return np.sum(
-        [w.kernel.theta_conditional.split_rhs(z) for w, z in zip(kernel.transport.workers, zs)],
+        [w.rows.split_rhs(z) for w, z in zip(kernel.transport.workers, zs)],
         axis=0,
     )
 
@@ -175,8 +175,8 @@ def test_client_atz_matches_the_shards_through_losses(name):
 class _StaleAtz(ShardedKernel):
     """Negative control: a move dropped for a lost shard keeps the A^T z from before."""
 
-    def _dropped(self, state, log_weight):
-        return super()._dropped(state, log_weight)._replace(atz=state.atz)
+    def dropped(self, state, log_weight):
+        return super().dropped(state, log_weight)._replace(atz=state.atz)
 
 
 def test_a_stale_atz_after_a_loss_is_detected():
@@ -221,7 +221,7 @@ def test_pending_shift_commit_runs_once_when_a_shard_is_lost(ran):
     kernel = _kernel(_losing_at(calls))
     start = laplace_start(kernel, np.zeros(P + 1), np.random.default_rng(0))
     state = kernel.init(start.theta, np.random.default_rng(1))
-    move = ShardedShiftMove(kernel, start.mode, start.chol)
+    move = ShiftMove(kernel, start.mode, start.chol)
     delta = np.full(P + 1, 1.5)  # far: z drawn at the old theta would be far from A prop
     move._split_change(state.z, delta)  # every shard keeps z + A delta pending
     workers = kernel.transport.workers
@@ -230,17 +230,17 @@ def test_pending_shift_commit_runs_once_when_a_shard_is_lost(ran):
     state = move._accepted(state, prop, delta, None, None)
     calls[len(kernel.transport.calls) + 1] = (1, ran)
     with pytest.warns(ShardLostWarning, match=r"shard 1 \(in-process test loss\) was lost"):
-        atz = np.sum(kernel._broadcast("split_rhs", 0.3), axis=0)
+        atz = np.sum(kernel.rows._broadcast("split_rhs", 0.3), axis=0)
     assert kernel.transport.calls[-3:] == ["batch", "start", "split_rhs"]  # no second commit
     for k in (0, 2):
-        A = workers[k].kernel.A
+        A = workers[k].rows.A
         np.testing.assert_allclose(workers[k].z, z_before[k] + A @ delta, rtol=1e-12)
     rebuilt = workers[1]
-    resid = rebuilt.z - rebuilt.kernel.A @ prop - rebuilt.kernel.offset
+    resid = rebuilt.z - rebuilt.rows.A @ prop - rebuilt.rows.offset
     assert abs(np.mean(resid)) < 0.1 and np.std(resid) < 0.6  # z | prop has scale ~ rho
     np.testing.assert_allclose(atz, _shards_atz(kernel), rtol=1e-12)
-    assert kernel._deferred == []
-    kernel._broadcast("split_rhs", 0.3)  # nothing left pending: the commit is not sent again
+    assert kernel.rows._deferred == []
+    kernel.rows._broadcast("split_rhs", 0.3)  # nothing left pending: the commit is not sent again
     assert kernel.transport.calls[-1] == "split_rhs"
 
 

@@ -76,7 +76,7 @@ def _alternate(kernel, move, state, rng, n_iter):
     """``n_iter`` rounds of the exact z | theta draw then one shift move: (thetas, accepts)."""
     thetas, accs = [], []
     for _ in range(n_iter):
-        z, mode, _, _ = kernel.sample_z(state.theta, state.z_mode, rng, state.z)
+        z, mode, _, _ = kernel.rows.draw_z(state.theta, state.z_mode, rng, state.z)
         # A^T z kept current, as the sweeps do: the move's reference is centred from it
         state = state._replace(z=z, z_mode=mode, atz=kernel.theta_conditional.split_rhs(z))
         state, acc = move.step(state, rng)
@@ -142,7 +142,7 @@ def test_recentred_reference_follows_the_residuals():
     start = laplace_start(kernel, np.zeros(2), rng)
     move = ShiftMove(kernel, start.mode, start.chol)
     state = kernel.init(start.theta, rng)
-    z, mode, _, _ = kernel.sample_z(state.theta, state.z_mode, rng, state.z)
+    z, mode, _, _ = kernel.rows.draw_z(state.theta, state.z_mode, rng, state.z)
     state = state._replace(z=z, atz=kernel.theta_conditional.split_rhs(z))
     r = z - X @ state.theta
     # mode of -log prior - sum_i (y_i - x_i^T t - r_i)^2 / (2 sigma^2)
@@ -240,7 +240,7 @@ def test_compiled_shift_change_matches_numpy(family):
     out = {}
     for engine in ("numba", "numpy"):
         kernel = SplitGibbsKernel(prob, rho=0.2, engine=engine)
-        assert kernel.engine == engine
+        assert kernel.rows.engine == engine
         move = ShiftMove(kernel, np.zeros(d), np.eye(d))
         out[engine] = move._split_change(z0, delta)
     # the numpy path sums U at both points; the change is O(n), so compare to its size
@@ -415,7 +415,7 @@ def test_mean_offset_is_the_third_derivative_contraction(family, monkeypatch):
     np.testing.assert_allclose(
         shift.laplace_mean_offset(kernel, start.mode, start.chol), want, rtol=1e-10
     )
-    monkeypatch.setattr(shift, "ROW_BLOCK", 7)
+    monkeypatch.setattr(pymc_sgs.rows, "ROW_BLOCK", 7)
     np.testing.assert_allclose(
         shift.laplace_mean_offset(kernel, start.mode, start.chol), want, rtol=1e-10
     )

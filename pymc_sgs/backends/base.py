@@ -9,9 +9,12 @@ class Backend:
     """Base class of the back ends accepted by ``SplitGibbs(backend=...)``.
 
     A back end turns the detected :class:`~pymc_sgs.problem.SplitProblem` into
-    a kernel with the interface of :class:`~pymc_sgs.kernel.SplitGibbsKernel`
-    (``init``, ``sweep``, ``exact_step``, ``set_rho``,
-    ``set_prior_precision``, ``set_sigmas`` and a ``rho`` attribute).
+    a :class:`~pymc_sgs.kernel.SplitGibbsKernel` whose split rows it holds: in
+    this process (:class:`~pymc_sgs.rows.LocalRows`) or on shards reached
+    through a transport
+    (:class:`~pymc_sgs.backends.sharded.ShardedKernel`). What the kernel asks
+    of the rows is the protocol :class:`~pymc_sgs.rows.RowBlock`
+    (``docs/architecture.rst``).
     """
 
     #: whether the back end supports one rho per row

@@ -5,20 +5,19 @@ only needs ``sum_i a_i (z_i - o_i) / rho^2`` (a d-vector), so a shard of rows
 can keep its ``z`` where its data are and report d-vectors and scalars
 (Vono, Paulin & Doucet 2022, Section 2; the same structure as global-consensus
 Monte Carlo, Rendell et al. 2021). :class:`ShardWorker` runs the single-machine
-:class:`~pymc_sgs.kernel.SplitGibbsKernel` on its rows, unchanged; it is used
+rows, :class:`~pymc_sgs.rows.LocalRows`, on its rows, unchanged; it is used
 in-process by :class:`~pymc_sgs.backends.LocalBackend` and as a Dask actor by
-:class:`~pymc_sgs.backends.DaskBackend`.
+:class:`~pymc_sgs.backends.DaskBackend`, and answers the calls of
+:class:`~pymc_sgs.backends.sharded.ShardedRows`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..kernel import SplitGibbsKernel
+from ..kernel import validate_alpha
 from ..problem import ParamSlice, SplitProblem, SplitTerm
-from ..rho import log_weight_var_parts
-from ..shift import curvature_sum, mean_offset_rhs, split_potential_change
-from ..start import kernel_neg_log_posterior
+from ..rows import LocalRows
 from ..weights import N_NODES
 
 __all__ = ["ShardWorker", "split_rows", "row_shard", "shard_problem_from_arrays"]
@@ -95,9 +94,7 @@ def shard_problem_from_arrays(name, family, d, X, y, offset=None, trials=None) -
 
 
 def _rows_only_problem(terms, d) -> SplitProblem:
-    # The shard kernel only runs its z-block methods; its theta-conditional is never
-    # sampled, so a unit prior merely keeps that (unused) factorisation well defined
-    # when a shard has fewer rows than coefficients.
+    # a shard holds split rows only; the prior (the caller's) is a placeholder
     return SplitProblem(
         params=(ParamSlice("theta", (d,), 0, d),),
         prior_mean=np.zeros(d),
@@ -137,8 +134,8 @@ class ShardWorker:
 
     Every method takes the current ``theta`` (and ``rho``) and returns only
     d-vectors and scalars; ``z`` and the warm-start modes stay here between
-    calls. The arithmetic is that of :class:`~pymc_sgs.kernel.SplitGibbsKernel`
-    on the shard's rows.
+    calls. The arithmetic is that of :class:`~pymc_sgs.rows.LocalRows` on the
+    shard's rows.
 
     Parameters
     ----------
@@ -152,7 +149,9 @@ class ShardWorker:
         self, problem: SplitProblem, alpha: float, n_nodes: int = N_NODES, engine: str = "auto"
     ):
         problem = _with_own_arrays(problem)
-        self.kernel = SplitGibbsKernel(problem, 1.0, alpha, n_nodes=n_nodes, engine=engine)
+        if engine not in ("auto", "numba", "numpy"):
+            raise ValueError(f"engine must be 'auto', 'numba' or 'numpy'; received {engine!r}.")
+        self.rows = LocalRows(problem, 1.0, validate_alpha(alpha), n_nodes=n_nodes, engine=engine)
         self.n = problem.n_split
         self.rng = None
         self.z = self.z_mode = None
@@ -168,34 +167,33 @@ class ShardWorker:
 
     def summary(self):
         """``(n_rows, A^T A)``: the shard's share of the theta-step precision."""
-        A = self.kernel.A
+        A = self.rows.A
         return self.n, A.T @ A
 
     def _set_rho(self, rho):
-        if float(self.kernel.rho) != rho:
-            self.kernel.set_rho(rho)
+        if float(self.rows.rho) != rho:
+            self.rows.set_rho(rho)
 
     def start(self, seed_seq, theta, rho):
         """New chain: own Generator from ``seed_seq``, z drawn exactly from ``z | theta``.
 
         Also how a lost shard is rebuilt in a running chain (see
-        :class:`~pymc_sgs.backends.ShardedKernel`). Returns the shard's
+        :class:`~pymc_sgs.backends.sharded.ShardedRows`). Returns the shard's
         ``A^T ((z - o) / rho^2)``.
         """
         self.rng = np.random.default_rng(seed_seq)
         self._set_rho(rho)
-        state = self.kernel.init(theta, self.rng)
+        self.z, self.z_mode, atz = self.rows.start(np.asarray(theta, dtype=float).copy(), self.rng)
         # restore() right after a start keeps the drawn z: a rebuilt shard has no older z to
         # go back to, and its fresh draw given theta is what a rejected proposal returns to
-        self.z, self.z_mode = state.z, state.z_mode
         self._saved = (self.z, self.z_mode)
         self._shift_pending = None
-        return state.atz
+        return atz
 
     def split_rhs(self, rho):
         """``A^T ((z - o) / rho^2)`` of the current z (after rho changed)."""
         self._set_rho(rho)
-        return self.kernel.theta_conditional.split_rhs(self.z)
+        return self.rows.split_rhs(self.z)
 
     def sample_z(self, theta, rho, checkpoint=False):
         """Exact draw of the shard's z given ``theta``: ``(A^T z / rho^2, proposals)``."""
@@ -203,9 +201,10 @@ class ShardWorker:
         self._checkpoint(checkpoint)
         # proposals per exactly drawn row (rows of a non-log-concave family move by MH; their
         # acceptance is not reported through the shards)
-        self.z, self.z_mode, per_row, _ = self.kernel.sample_z(theta, self.z_mode, self.rng, self.z)
-        n_prop = per_row * self.n
-        return self.kernel.theta_conditional.split_rhs(self.z), float(n_prop)
+        self.z, self.z_mode, per_row, _, atz = self.rows.sample_z(
+            theta, self.z, self.z_mode, self.rng
+        )
+        return atz, float(per_row * self.n)
 
     def z_pass(self, theta, rho, weights, checkpoint=False):
         """Over-relaxed z-move at ``theta`` (and its weight): ``(atz, accept_sum, log_w)``.
@@ -215,7 +214,7 @@ class ShardWorker:
         """
         self._set_rho(rho)
         self._checkpoint(checkpoint)
-        self.z, self.z_mode, acc, log_w, atz = self.kernel.z_pass(
+        self.z, self.z_mode, acc, log_w, atz = self.rows.z_pass(
             theta, self.z, self.z_mode, self.rng, weights
         )
         return atz, acc * self.n, log_w
@@ -227,7 +226,7 @@ class ShardWorker:
         the warm start of the next z-update (as in the single-machine sweep).
         """
         self._set_rho(rho)
-        log_w, mode = self.kernel.log_weight(theta, self.z_mode)
+        log_w, mode = self.rows.log_weight(theta, self.z_mode)
         if keep_modes:
             self.z_mode = mode
         return log_w
@@ -235,31 +234,32 @@ class ShardWorker:
     # ------------------------------------------------ Laplace start and shift move
     def laplace_terms(self, theta, need_derivatives=True):
         """``(value, gradient, Hessian)`` of the shard's ``sum_i U_i(a_i^T theta + o_i)``."""
-        f = kernel_neg_log_posterior(self.kernel, include_prior=False)
+        d = self.rows.d
+        zero = (0.0, np.zeros(d), np.zeros((d, d))) if need_derivatives else (0.0, None, None)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return f(theta, need_derivatives)
+            val, grad, hess = self.rows.add_laplace_terms(theta, *zero, need_derivatives)
+        return float(val), grad, hess
 
-    def shift_setup(self, mean, chol):
+    def shift_setup(self, mean, chol, offset=True):
         """The shard's shares of the shift move's constants at the Laplace mode ``mean``:
-        ``(sum_i U_i'', row count, sum_i U_i^(3) a_i |L^-1 a_i|^2)``."""
-        total, count = curvature_sum(self.kernel, mean)
-        return total, count, mean_offset_rhs(self.kernel, mean, chol)
+        ``(sum_i U_i'', row count, sum_i U_i^(3) a_i |L^-1 a_i|^2 or None)``."""
+        return self.rows.shift_constants(mean, chol, offset)
 
     def log_weight_var_parts(self, mode, chol, rho):
         """The shard's ``(g, W)`` of :func:`pymc_sgs.rho.laplace_log_weight_var` (pilot rho)."""
-        return log_weight_var_parts(self.kernel, mode, chol, rho)
+        return self.rows.log_weight_var_parts(mode, chol, rho)
 
     def shift_propose(self, delta):
         """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]`` over the shard; the moved z is kept
         until :meth:`shift_commit` (or replaced by the next proposal)."""
-        change, z_prop, a_delta = split_potential_change(self.kernel, self.z, delta)
+        change, z_prop, a_delta = self.rows.shift_propose(self.z, delta)
         self._shift_pending = (z_prop, a_delta)
         return change
 
     def shift_commit(self):
         """Accept the pending shift: ``z + A delta``, and the modes shifted with it."""
         z_prop, a_delta = self._shift_pending
-        self.z, self.z_mode = z_prop, np.add(self.z_mode, a_delta, out=a_delta)
+        self.z, self.z_mode = self.rows.shift_commit(None, self.z_mode, z_prop, a_delta)
         self._shift_pending = None
         return True
 

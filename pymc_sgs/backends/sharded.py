@@ -1,13 +1,13 @@
 """The split Gibbs kernel over row shards: theta on the caller, z with the data.
 
-:class:`ShardedKernel` has the interface of
-:class:`~pymc_sgs.kernel.SplitGibbsKernel` (``init``, ``sweep``,
-``exact_step``, ``log_weight``, ``set_rho``, ``set_prior_precision``,
-``set_sigmas``), so :class:`~pymc_sgs.step.SplitGibbs` drives either one. The
-theta-step (a d x d Cholesky solve) runs here; every z-update is sent to the
-shards, which return ``A_s^T ((z_s - o_s) / rho^2)`` and a few scalars. The
-states it returns hold ``theta``, ``atz`` and ``log_weight``; their ``z`` and
-``z_mode`` are a :class:`ShardedZ` handle to the state kept by the shards.
+:class:`ShardedRows` is the :class:`~pymc_sgs.rows.RowBlock` of rows cut into shards that
+keep their ``z`` where their data are, reached through a transport (in-process or Dask
+workers, :mod:`pymc_sgs.backends`); :class:`ShardedKernel` is
+:class:`~pymc_sgs.kernel.SplitGibbsKernel` over those rows. The theta-step (a d x d Cholesky
+solve) runs here; every z-update is sent to the shards, which return
+``A_s^T ((z_s - o_s) / rho^2)`` and a few scalars. The states the kernel returns hold
+``theta``, ``atz`` and ``log_weight``; their ``z`` and ``z_mode`` are a :class:`ShardedZ`
+handle to the state kept by the shards.
 
 Randomness: the theta-step, the z-first coin of exact mode and its MH test
 use the step's Generator; each shard has its own Generator, seeded at the
@@ -39,20 +39,19 @@ from typing import NamedTuple
 import numpy as np
 
 from ..conditionals import GaussianThetaConditional
-from ..kernel import SGSInfo, SGSState, exact_proposal, mh_accept, validate_alpha
-from ..shift import ShiftMove, mean_offset_from_rhs
-from ..start import kernel_neg_log_posterior
+from ..kernel import SGSState, SplitGibbsKernel, validate_alpha
+from ..rows import MoveDropped, ShiftProposal
 from ..weights import N_NODES
 
 __all__ = [
     "ShardedKernel",
+    "ShardedRows",
     "ShardedZ",
     "ShardLostError",
     "ShardLostWarning",
     "SamplingStopped",
     "ShardsUnreachable",
     "ReducedThetaConditional",
-    "ShardedShiftMove",
 ]
 
 
@@ -97,10 +96,6 @@ class ShardsUnreachable(ShardLostError):
         self.fatal = fatal
 
 
-class _MoveAborted(Exception):
-    """A shard was lost inside a move that cannot finish: the move is not made."""
-
-
 class ShardedZ(NamedTuple):
     """Handle to the z-block kept by the shards (stands for ``z`` and ``z_mode``)."""
 
@@ -141,14 +136,14 @@ class ReducedThetaConditional(GaussianThetaConditional):
         raise RuntimeError("the split rows are held by the shards; use their split_rhs sums")
 
 
-class ShardedKernel:
-    """:class:`~pymc_sgs.kernel.SplitGibbsKernel` with the z-block on row shards.
+class ShardedRows:
+    """The split rows on shards: the :class:`~pymc_sgs.rows.RowBlock` of a sharded kernel.
 
     Parameters
     ----------
     problem : SplitProblem
-        The full problem as detected from the model (prior, Gaussian terms,
-        coefficient layout); its split rows are not used here.
+        The full problem as detected from the model; its split terms' families are read
+        here, their rows are the shards'.
     transport : object
         Runs a method on every shard: ``transport.call(name, args_per_shard)``
         returns the results in shard order; ``transport.summaries()`` gives
@@ -159,8 +154,6 @@ class ShardedKernel:
         :class:`ShardsUnreachable` with ``fatal`` set when it cannot).
     rho : float
         Scalar coupling.
-    alpha, log_weights
-        As for :class:`~pymc_sgs.kernel.SplitGibbsKernel`.
 
     Notes
     -----
@@ -170,10 +163,10 @@ class ShardedKernel:
 
     - a sweep: the theta the z-block is being updated at (the theta just drawn,
       given the z from before the loss), after which the interrupted call is
-      repeated on the rebuilt shard;
-    - an exact-mode step or a shift move: the move is dropped and the chain stays
-      at its theta (the other shards go back to their checkpoint in exact mode);
-      the lost shard's z is drawn there;
+      repeated on the rebuilt shard (the kernel passes it as ``at``);
+    - an exact-mode step or a shift move (:meth:`dropping_moves`): the move is dropped
+      and the chain stays at its theta (the other shards go back to their checkpoint in
+      exact mode); the lost shard's z is drawn there;
     - a commit of an accepted shift move waiting for the next call
       (:meth:`_defer`): the surviving shards have run it with that call, the
       rebuilt shard's z is drawn at the accepted theta, so the commit is neither
@@ -184,41 +177,21 @@ class ShardedKernel:
     """
 
     _ids = itertools.count()
-    #: the theta-step factorises a d x d precision (what the Laplace start needs)
-    theta_solver = "cholesky"
+    #: each shard picks its own compiled or numpy pass (ShardWorker)
+    engine = "shards"
     #: rebuild rounds for the shards lost in one call (a rebuilt shard can be lost again)
     MAX_REBUILDS = 3
 
-    def __init__(
-        self,
-        problem,
-        transport,
-        rho,
-        alpha: float = 0.0,
-        log_weights: bool = False,
-        n_nodes: int = N_NODES,
-    ):
+    def __init__(self, problem, transport, rho):
         self.problem = problem
         self.transport = transport
-        self.alpha = validate_alpha(alpha)
-        self.log_weights = bool(log_weights)
-        self.n_nodes = int(n_nodes)
         summaries = transport.summaries()
         self.n_shards = len(summaries)
         self.shard_rows = [int(n) for n, _ in summaries]
         self.n = sum(self.shard_rows)
-        gram = np.sum([g for _, g in summaries], axis=0)
+        #: ``A^T A`` reduced from the shards (the theta-step's data precision times rho^2)
+        self.gram = np.sum([g for _, g in summaries], axis=0)
         self.rho = _scalar_rho(rho)
-        self.theta_conditional = ReducedThetaConditional(
-            problem.prior_precision,
-            problem.prior_mean,
-            gram,
-            self.rho,
-            [(t.A, t.offset, t.y) for t in problem.gaussian_terms],
-        )
-        fixed = [t.sigma for t in problem.gaussian_terms]
-        if problem.gaussian_terms and all(s is not None for s in fixed):
-            self.theta_conditional.set_sigmas(fixed)
         self._id = next(self._ids)
         self._generation = 0
         self._handle = None
@@ -229,7 +202,7 @@ class ShardedKernel:
         self._theta = None
         # the chain's seed sequence: rebuilt shards get Generators spawned from it
         self._seeds = None
-        # inside an exact step or a shift move a loss drops the move (_MoveAborted)
+        # inside an exact step or a shift move a loss drops the move (MoveDropped)
         self._abort_on_loss = False
         # times a lost shard's z was redrawn (a state's A^T z from before is stale)
         self.regenerations = 0
@@ -248,48 +221,12 @@ class ShardedKernel:
         """The split terms' families (fixed: a sharded kernel has no nuisance families)."""
         return [t.family for t in self.problem.split_terms]
 
-    def neg_log_posterior(self):
-        """``f(theta) -> (value, gradient, Hessian)`` of the negative log posterior.
-
-        The prior and the Gaussian terms here; each shard adds its split rows
-        (:meth:`ShardWorker.laplace_terms`), summed in shard order.
-        """
-        # asked for at the start of a chain (Laplace start), before init
-        self._begin_chain()
-        local = kernel_neg_log_posterior(self, include_split=False)
-
-        def f(theta, need_derivatives=True):
-            val, grad, hess = local(theta, need_derivatives)
-            for v, g, h in self._broadcast("laplace_terms", theta, need_derivatives):
-                val += v
-                if need_derivatives:
-                    grad, hess = grad + g, hess + h
-            return float(val), grad, hess
-
-        return f
-
-    def log_weight_var_parts(self, mode, chol, rho):
-        """``(g, W)`` of :func:`pymc_sgs.rho.laplace_log_weight_var`, summed over the shards."""
-        parts = self._broadcast("log_weight_var_parts", mode, chol, float(rho))
-        return np.sum([p[0] for p in parts], axis=0), np.sum([p[1] for p in parts], axis=0)
-
-    def design_scale(self) -> np.ndarray:
-        """``sum_i a_ij^2`` per coefficient (the diagonal of the reduced ``A^T A``)."""
-        return np.diagonal(self.theta_conditional._reduced_gram).copy()
-
-    # ------------------------------------------------------------ parameters
     def set_rho(self, rho) -> None:
-        """New coupling: refactor here; the shards pick it up with the next call."""
+        """New coupling: the shards pick it up with the next call."""
         self.rho = _scalar_rho(rho)
-        self.theta_conditional.set_rho(self.rho)
 
-    def set_prior_precision(self, prior_precision) -> None:
-        """Current prior precision of theta (the theta-step runs here, no communication)."""
-        self.theta_conditional.set_prior_precision(prior_precision)
-
-    def set_sigmas(self, sigmas) -> None:
-        """Current scales of the Gaussian terms (kept here, not sharded)."""
-        self.theta_conditional.set_sigmas(sigmas)
+    def _rho(self) -> float:
+        return float(self.rho)
 
     # ----------------------------------------------------------------- state
     def _new_handle(self, theta) -> ShardedZ:
@@ -298,22 +235,28 @@ class ShardedKernel:
         self._theta = theta
         return self._handle
 
-    def _check_handle(self, state: SGSState) -> None:
+    def hold(self, theta, z, z_mode):
+        """A new handle: the shards' z is now that of the state at ``theta``."""
+        handle = self._new_handle(theta)
+        return handle, handle
+
+    def track(self, state: SGSState) -> None:
+        """Check the state's handle is the shards' current one; lost shards are redrawn at its
+        theta."""
         if state.z != self._handle:
             raise RuntimeError(
                 "this state's z-block is not the one the shards hold (a state from another "
                 "chain or an older step); start the chain again with init()."
             )
+        self._theta = state.theta
 
-    def _rho(self) -> float:
-        return float(self.rho)
-
-    def _begin_chain(self) -> None:
+    def begin_chain(self) -> None:
+        """A new chain: its draws are counted from zero (for the message of a stopped run)."""
         self._chain_draws = 0
         self._draw_kind = None
         self._in_draw = False
 
-    def _begin_draw(self, kind: str) -> None:
+    def begin_draw(self, kind: str) -> None:
         """Count draws for the message of a stopped run: one per shift-move run, or per
         sweep when the chain makes no shift move (the first kind seen in the chain)."""
         if self._draw_kind is None:
@@ -323,12 +266,10 @@ class ShardedKernel:
             self._total_draws += 1
             self._in_draw = True
 
-    def init(self, theta, rng: np.random.Generator | None = None) -> SGSState:
+    def start(self, theta, rng: np.random.Generator | None = None):
         """Start a chain: seed every shard from ``rng`` and draw its z from ``z | theta``."""
         if rng is None:
             raise ValueError("a sharded kernel needs the chain's Generator to seed its shards.")
-        self._begin_chain()
-        theta = np.asarray(theta, dtype=float).copy()
         entropy = rng.integers(0, 2**63, size=4)
         self._seeds = np.random.SeedSequence(entropy)
         seeds = self._seeds.spawn(self.n_shards)
@@ -337,8 +278,76 @@ class ShardedKernel:
         self._theta = None
         parts = self._call("start", [(s, theta, self._rho()) for s in seeds])
         handle = self._new_handle(theta)
-        return SGSState(theta=theta, z=handle, z_mode=handle, atz=np.sum(parts, axis=0))
+        return handle, handle, np.sum(parts, axis=0)
 
+    # --------------------------------------------------------------- z-block
+    def split_rhs(self, z) -> np.ndarray:
+        """``A^T ((z - o) / rho^2)`` of the shards' z, summed."""
+        return np.sum(self._broadcast("split_rhs", self._rho()), axis=0)
+
+    def sample_z(self, theta, z, z_mode, rng, checkpoint=False):
+        """Exact draw of every shard's z given ``theta`` (each with its own Generator)."""
+        parts = self._broadcast("sample_z", theta, self._rho(), checkpoint)
+        atz = np.sum([p[0] for p in parts], axis=0)
+        return self._handle, self._handle, sum(p[1] for p in parts) / self.n, 1.0, atz
+
+    def z_pass(self, theta, z, z_mode, rng, weights, checkpoint=False, at=None):
+        """Over-relaxed z-move on every shard (and the log weight at ``theta``)."""
+        parts = self._broadcast("z_pass", theta, self._rho(), weights, checkpoint, at=at)
+        atz = np.sum([p[0] for p in parts], axis=0)
+        acc = sum(p[1] for p in parts) / self.n
+        log_w = float(sum(p[2] for p in parts)) if weights else float("nan")
+        return self._handle, self._handle, acc, log_w, atz
+
+    def log_weight(self, theta, z_mode=None, keep_modes=False, at=None):
+        """``log pi(theta) - log pi_rho(theta)`` up to a constant, summed over shards."""
+        theta = np.asarray(theta, dtype=float)
+        parts = self._broadcast("log_weight", theta, self._rho(), keep_modes, at=at)
+        return float(np.sum(parts)), self._handle
+
+    def restore(self) -> None:
+        """Every shard back to the z of its last checkpoint."""
+        self._broadcast("restore")
+
+    # ---------------------------------------- Laplace, pilot rho and shift move
+    def add_laplace_terms(self, theta, val, grad, hess, need_derivatives=True):
+        """Add every shard's ``sum_i U_i(a_i^T theta + o_i)`` (and derivatives), in shard order."""
+        for v, g, h in self._broadcast("laplace_terms", theta, need_derivatives):
+            val += v
+            if need_derivatives:
+                grad, hess = grad + g, hess + h
+        return val, grad, hess
+
+    def design_scale(self) -> np.ndarray:
+        """``sum_i a_ij^2`` per coefficient (the diagonal of the reduced ``A^T A``)."""
+        return np.diagonal(self.gram).copy()
+
+    def log_weight_var_parts(self, mode, chol, rho):
+        """``(g, W)`` of :func:`pymc_sgs.rho.laplace_log_weight_var`, summed over the shards."""
+        parts = self._broadcast("log_weight_var_parts", mode, chol, float(rho))
+        return np.sum([p[0] for p in parts], axis=0), np.sum([p[1] for p in parts], axis=0)
+
+    def shift_constants(self, mean, chol, offset=True):
+        """The shift move's constants summed over the shards, in one round trip."""
+        parts = self._broadcast("shift_setup", mean, chol, offset)
+        rhs = np.sum([p[2] for p in parts], axis=0) if offset else None
+        return sum(p[0] for p in parts), sum(p[1] for p in parts), rhs
+
+    def mean_offset_rhs(self, mode, chol) -> np.ndarray:
+        """``sum_i U_i^(3)(eta_i) a_i |L^-1 a_i|^2`` summed over the shards."""
+        return self.shift_constants(mode, chol)[2]
+
+    def shift_propose(self, z, delta) -> ShiftProposal:
+        """Every shard's part of the potential change; each keeps its moved z until the
+        decision."""
+        return ShiftProposal(float(np.sum(self._broadcast("shift_propose", delta))), None, None)
+
+    def shift_commit(self, theta, z_mode, z_prop, a_delta):
+        """The commit rides on the next call (:meth:`_defer`): no round trip of its own."""
+        self._defer("shift_commit")
+        return self.hold(theta, None, None)
+
+    # ------------------------------------------------------------- transport
     def _call(self, name, args_per_shard, at=None):
         """``name`` on every shard; lost shards are rebuilt (their z redrawn at ``at``, by
         default the current state's theta) and the call repeated on them."""
@@ -403,7 +412,7 @@ class ShardedKernel:
                     self.regenerations += 1
                 self._warn_rebuilt({k: lost[k] for k in to_replace}, places, redraw)
                 if self._abort_on_loss:
-                    raise _MoveAborted
+                    raise MoveDropped
                 redo = self.transport.call(name, [args_per_shard[k] for k in todo], shards=todo)
             except ShardsUnreachable as again:
                 err = again
@@ -471,130 +480,73 @@ class ShardedKernel:
         raise SamplingStopped(what)
 
     @contextlib.contextmanager
-    def _dropping_moves(self):
+    def dropping_moves(self):
+        """Inside: a lost shard raises :class:`~pymc_sgs.rows.MoveDropped` (after it was
+        rebuilt and its z drawn at the current theta) instead of repeating the call."""
         previous, self._abort_on_loss = self._abort_on_loss, True
         try:
             yield
         finally:
             self._abort_on_loss = previous
 
-    def _dropped(self, state, log_weight):
-        """The state after a move dropped for a lost shard: same theta, the shard's z redrawn
-        there, ``A^T z`` unknown (the next sweep asks the shards)."""
-        handle = self._new_handle(state.theta)
-        return state._replace(z=handle, z_mode=handle, atz=None, log_weight=log_weight)
 
-    # ------------------------------------------------------------ z-block
-    def _atz(self, state):
-        if state.atz is not None:
-            return state.atz
-        return np.sum(self._broadcast("split_rhs", self._rho()), axis=0)
+class ShardedKernel(SplitGibbsKernel):
+    """:class:`~pymc_sgs.kernel.SplitGibbsKernel` with the z-block on row shards.
 
-    def log_weight(self, theta, keep_modes: bool = False, at=None) -> float:
-        """``log pi(theta) - log pi_rho(theta)`` up to a constant, summed over shards."""
-        theta = np.asarray(theta, dtype=float)
-        return float(np.sum(self._broadcast("log_weight", theta, self._rho(), keep_modes, at=at)))
+    The same sweep, exact-mode step, Laplace start and shift move as in one process,
+    driven through :class:`ShardedRows`.
 
-    def _z_update(self, theta, checkpoint=False):
-        """z-block update at theta: ``(atz, proposals_per_draw, accept_prob)``."""
-        if self.alpha == 0.0:
-            parts = self._broadcast("sample_z", theta, self._rho(), checkpoint)
-            atz = np.sum([p[0] for p in parts], axis=0)
-            return atz, sum(p[1] for p in parts) / self.n, 1.0
-        parts = self._broadcast("z_pass", theta, self._rho(), False, checkpoint)
-        atz = np.sum([p[0] for p in parts], axis=0)
-        return atz, 0.0, sum(p[1] for p in parts) / self.n
+    Parameters
+    ----------
+    problem : SplitProblem
+        The full problem as detected from the model (prior, Gaussian terms,
+        coefficient layout); its split rows are not used here.
+    transport : object
+        Reaches the shards (see :class:`ShardedRows`).
+    rho : float
+        Scalar coupling.
+    alpha, log_weights, n_nodes
+        As for :class:`~pymc_sgs.kernel.SplitGibbsKernel`.
+    """
 
-    # ---------------------------------------------------------------- moves
-    def sweep(self, state: SGSState, rng: np.random.Generator, weights: bool | None = None):
-        """One Gibbs sweep, in the same order as :meth:`SplitGibbsKernel.sweep`."""
-        self._check_handle(state)
-        self._begin_draw("sweep")
-        self._theta = state.theta
-        log_weights = self.log_weights if weights is None else bool(weights)
-        cond = self.theta_conditional
-        if self.alpha == 0.0:
-            atz, props, _ = self._z_update(state.theta)
-            info = SGSInfo(z_proposals=props, z_accept=1.0)
-            theta = cond.sample_from_rhs(atz, rng)
-            log_w = float("nan")
-            if log_weights:
-                redrawn = self.regenerations
-                # z was drawn given state.theta and theta given z: a lost shard's z is
-                # redrawn at the new theta, which makes its part of atz stale
-                log_w = self.log_weight(theta, keep_modes=True, at=theta)
-                if self.regenerations != redrawn:
-                    atz = None
-                info = info._replace(log_weight=log_w)
-            handle = self._new_handle(theta)
-            return SGSState(theta=theta, z=handle, z_mode=handle, log_weight=log_w, atz=atz), info
-        theta = cond.sample_from_rhs(self._atz(state), rng, theta=state.theta, alpha=self.alpha)
-        # theta was drawn given the z from before any loss; the z-update is at the new theta,
-        # so a lost shard's z is redrawn there and its z-pass repeated (atz stays exact)
-        parts = self._broadcast("z_pass", theta, self._rho(), log_weights, at=theta)
-        atz = np.sum([p[0] for p in parts], axis=0)
-        acc = sum(p[1] for p in parts) / self.n
-        log_w = float(sum(p[2] for p in parts)) if log_weights else float("nan")
-        info = SGSInfo(z_proposals=0.0, z_accept=acc, log_weight=log_w)
-        handle = self._new_handle(theta)
-        return SGSState(theta=theta, z=handle, z_mode=handle, log_weight=log_w, atz=atz), info
+    #: the theta-step factorises a d x d precision (what the Laplace start needs)
+    theta_solver = "cholesky"
+    dtype = "float64"
 
-    def exact_step(self, state: SGSState, rng: np.random.Generator, n_sweeps: int = 1):
-        """MH step targeting pi, as :meth:`SplitGibbsKernel.exact_step`.
-
-        The shards save their z before the proposal and go back to it when the
-        proposal is rejected. A shard lost during the step drops the step: the others
-        go back to their saved z, the lost one's z is drawn at the current theta.
-        """
-        self._check_handle(state)
-        self._begin_draw("sweep")
-        self._theta = state.theta
-        log_w0 = state.log_weight
-        checkpointed = False
-
-        def z_update(theta, k):
-            nonlocal checkpointed
-            checkpointed = checkpointed or k == 0
-            return self._z_update(theta, checkpoint=k == 0)
-
-        try:
-            with self._dropping_moves():
-                if not np.isfinite(log_w0):
-                    log_w0 = self.log_weight(state.theta)
-                theta, atz, props, accs = exact_proposal(
-                    state.theta,
-                    self._atz(state),
-                    z_update,
-                    self.theta_conditional.sample_from_rhs,
-                    self.alpha,
-                    rng,
-                    n_sweeps,
-                )
-                log_w1 = self.log_weight(theta, keep_modes=True)
-                accept_prob, accepted = mh_accept(log_w0, log_w1, rng)
-                info = SGSInfo(
-                    z_proposals=props,
-                    z_accept=accs,
-                    exact_accept=accept_prob,
-                    log_weight=log_w1 if accepted else log_w0,
-                )
-                if accepted:
-                    handle = self._new_handle(theta)
-                    return SGSState(
-                        theta=theta, z=handle, z_mode=handle, log_weight=log_w1, atz=atz
-                    ), info
-                self._broadcast("restore")
-                return state._replace(log_weight=log_w0), info
-        except _MoveAborted:
-            pass
-        if checkpointed:
-            # a loss in this call is handled by redrawing at state.theta: restore() right
-            # after a (re)start keeps that draw
-            self._broadcast("restore")
-        nan = float("nan")
-        return self._dropped(state, log_w0), SGSInfo(
-            z_proposals=nan, z_accept=nan, log_weight=log_w0
+    def __init__(
+        self,
+        problem,
+        transport,
+        rho,
+        alpha: float = 0.0,
+        log_weights: bool = False,
+        n_nodes: int = N_NODES,
+    ):
+        alpha = validate_alpha(alpha)
+        rows = ShardedRows(problem, transport, rho)
+        theta_conditional = ReducedThetaConditional(
+            problem.prior_precision,
+            problem.prior_mean,
+            rows.gram,
+            rows.rho,
+            [(t.A, t.offset, t.y) for t in problem.gaussian_terms],
         )
+        self._build(problem, rows, theta_conditional, alpha, log_weights, n_nodes)
+
+    @property
+    def transport(self):
+        """What reaches the shards."""
+        return self.rows.transport
+
+    @property
+    def regenerations(self) -> int:
+        """Times a lost shard's z was drawn again."""
+        return self.rows.regenerations
+
+    @property
+    def n_shards(self) -> int:
+        """Number of shards."""
+        return self.rows.n_shards
 
 
 def _scalar_rho(rho) -> np.ndarray:
@@ -607,60 +559,3 @@ def _scalar_rho(rho) -> np.ndarray:
     if not np.isfinite(arr) or arr <= 0:
         raise ValueError(f"rho must be positive and finite; received {float(arr)!r}.")
     return arr
-
-
-class ShardedShiftMove(ShiftMove):
-    """:class:`~pymc_sgs.shift.ShiftMove` whose passes over the rows run on the shards.
-
-    The proposal, its reference Gaussian and the MH test run here with the step's
-    Generator, exactly as in one process; a proposed ``delta`` is broadcast, every shard
-    returns its part of ``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]`` and keeps the moved
-    z until the decision, and an accepted move is committed on every shard. The constants
-    (mean curvature, first-order mean) are sums over the shards, computed once.
-
-    A shard lost during a move drops the move (acceptance 0, not recorded for tuning):
-    the proposal's centre was computed from the ``A^T z`` that included the lost z, so
-    finishing the move with a redrawn z would break its reversibility. The chain stays
-    at its theta with the lost shard's z drawn there (:class:`ShardedKernel`).
-    """
-
-    def run(self, state, rng: np.random.Generator):
-        self.kernel._begin_draw("move")
-        return super().run(state, rng)
-
-    def step(self, state, rng: np.random.Generator):
-        kernel = self.kernel
-        kernel._theta = state.theta
-        try:
-            with kernel._dropping_moves():
-                return super().step(state, rng)
-        except _MoveAborted:
-            return kernel._dropped(state, state.log_weight), 0.0
-
-    def _setup(self):
-        if self._mean_curvature is None:
-            parts = self.kernel._broadcast(
-                "shift_setup", np.asarray(self.mean, dtype=float), self.chol
-            )
-            self._mean_curvature = sum(p[0] for p in parts) / max(sum(p[1] for p in parts), 1)
-            self._offset_rhs = np.sum([p[2] for p in parts], axis=0)
-
-    def mean_curvature(self) -> float:
-        self._setup()
-        return self._mean_curvature
-
-    def _compute_mean_offset(self) -> np.ndarray:
-        self._setup()
-        return mean_offset_from_rhs(self._offset_rhs, self.chol)
-
-    def _split_change(self, z, delta):
-        return float(np.sum(self.kernel._broadcast("shift_propose", delta))), None, None
-
-    def _accepted(self, state, prop, delta, z_prop, a_delta):
-        # z stays consistent for whatever the shards do next: the commit runs first
-        self.kernel._defer("shift_commit")
-        atz = None  # unknown (rho changed): the next sweep asks the shards again
-        if state.atz is not None:
-            atz = state.atz + self.kernel.theta_conditional.split_rhs_change(delta, None)
-        handle = self.kernel._new_handle(prop)
-        return state._replace(theta=prop, z=handle, z_mode=handle, log_weight=float("nan"), atz=atz)
