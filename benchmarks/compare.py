@@ -5,6 +5,8 @@ iterations and draws, each in a fresh ``spawn``-ed worker process (so peak
 memory is per sampler), cores = chains:
 
 * ``SGS``          ``pm.sample(step=pymc_sgs.SplitGibbs())`` (rho="auto", bias_tol=0.1);
+* ``SGS-rho0``     ``pm.sample(step=pymc_sgs.SplitGibbs(rho=0))``: no split, the shift move on
+                   the posterior itself (exact);
 * ``NUTS``         ``pm.sample()`` (PyMC's NUTS on the PyTensor C backend; the header
                    records whether PyTensor is linked to a BLAS);
 * ``nutpie``       ``pm.sample(nuts_sampler="nutpie")`` (numba backend, diagonal mass matrix);

@@ -52,6 +52,12 @@ def _log_weights(idata) -> np.ndarray:
         )
     if np.all(np.isnan(lw)):
         raise ValueError("idata.sample_stats['log_weight'] is all NaN (log_weights=False?).")
+    rho = [v for v in stats.data_vars if v == "rho" or v.endswith("__rho")]
+    if rho and np.all(stats[rho[0]].values == 0):
+        raise ValueError(
+            "these draws come from SplitGibbs(rho=0), which samples the posterior itself (no "
+            "split, no rho-bias): there is nothing to reweight. Use az.summary."
+        )
     return lw
 
 

@@ -103,7 +103,14 @@ class SplitGibbs(BaseSplitGibbs):
         or non-log-concave likelihoods, ``theta_solver="cg"``) each chain adapts
         rho over windows of tuning draws from 0.5 (:class:`pymc_sgs.rho.RhoTuner`).
         Bounded by ten natural scales of the linear predictor. The chosen rho is
-        the ``rho`` sampler stat.
+        the ``rho`` sampler stat. ``0``: no split; theta moves by the shift move
+        alone, which then targets the posterior itself (a Metropolis–Hastings
+        chain with the mean-corrected Laplace proposal, over-relaxed where it is
+        accepted often; no z-sweeps, no bias, importance weights all 1). Fastest
+        where the Laplace proposal is accepted often (near-Gaussian posteriors;
+        ``benchmarks/results/``); needs smooth log-concave likelihoods without
+        free likelihood parameters, the Cholesky theta-step and the default
+        in-process back end.
     bias_tol : float
         For ``rho="auto"``: target bound, in posterior standard deviations, on
         the bias of any posterior expectation (``sd(w / E w) <= bias_tol``).
@@ -285,11 +292,13 @@ class SplitGibbs(BaseSplitGibbs):
                 f"the shards); received an array of shape {np.shape(rho)}."
             )
         self.auto_rho = isinstance(rho, str) and rho == "auto"
-        if not self.auto_rho:
+        #: rho=0: no split, the shift move samples the posterior itself (_direct_step)
+        self.direct = _is_zero(rho)
+        if not self.auto_rho and not self.direct:
             if isinstance(rho, str) or rho is None:
                 raise ValueError(
-                    "rho must be 'auto' or a positive coupling such as rho=0.2 (in units of "
-                    f"the linear predictor); received {rho!r}."
+                    "rho must be 'auto', a positive coupling such as rho=0.2 (in units of "
+                    f"the linear predictor) or 0 (no split); received {rho!r}."
                 )
             validate_rho(rho, np.size(rho))
         validate_alpha(alpha)
@@ -342,7 +351,11 @@ class SplitGibbs(BaseSplitGibbs):
         # leave it stale
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
-        start_rho = AUTO_RHO_START if self.auto_rho else rho
+        if self.direct:
+            _check_direct(self.detected, owned, backend, split, exact, self.shift)
+        # rho=0 never sweeps: its kernel holds the rows, the prior and the Gaussian terms, and
+        # a coupling that is never used
+        start_rho = AUTO_RHO_START if self.auto_rho else 1.0 if self.direct else rho
         self.backend = backend
         if owned and not (isinstance(backend, LocalBackend) and backend.n_shards is None):
             names = owned
@@ -362,6 +375,13 @@ class SplitGibbs(BaseSplitGibbs):
                 bool(log_weights),
                 theta_solver=theta_solver,
                 dtype=dtype,
+            )
+        if self.direct and self.kernel.theta_solver != "cholesky":
+            raise ValueError(
+                "rho=0 proposes from the d x d Laplace approximation of the posterior; here "
+                f"the theta-step is matrix-free (theta_solver={theta_solver!r}, d="
+                f"{self.detected.problem.d}, or a sparse design). Use rho='auto' (the split "
+                "model), which samples this model."
             )
         self.exact = bool(exact)
         self.exact_sweeps = int(exact_sweeps)
@@ -428,6 +448,8 @@ class SplitGibbs(BaseSplitGibbs):
         )
 
     def _rho_repr(self) -> str:
+        if self.direct:
+            return "0 (no split)"
         if self.auto_rho and self._auto_rho_value is None:
             return "'auto'"
         rho = np.asarray(self.kernel.rho)
@@ -449,6 +471,8 @@ class SplitGibbs(BaseSplitGibbs):
 
     # --------------------------------------------------------------------- step
     def step(self, point):
+        if self.direct:
+            return self._direct_step(point)
         theta = self._theta_from_point(point)
         if (
             self.rho_tuner is not None
@@ -548,6 +572,73 @@ class SplitGibbs(BaseSplitGibbs):
         new_point = self._theta_to_point(state.theta, point)
         new_point.update(rate_values)
         return new_point, [stats]
+
+    # ------------------------------------------------------------------ rho = 0
+    def _direct_step(self, point):
+        """A draw of ``rho=0``: shift moves on ``(theta, A theta + o)``, no sweep.
+
+        With ``z = A theta + o`` the residuals are zero, so the shift move's target is the
+        posterior itself and its acceptance ratio the exact one; it proposes from the
+        mean-corrected Laplace approximation (pCN, tuned as in the split model's runs).
+        """
+        theta = self._theta_from_point(point)
+        if self.detected.prior_sources:
+            self.kernel.set_prior_precision(self.detected.prior_precision(point))
+        if self._free_sigma:
+            self.kernel.set_sigmas(self.detected.sigmas(point))
+        if self._check_data:
+            self._check_data_unchanged()
+            self._check_data = False
+        if self.z_mode is None:
+            start = laplace_start(self.kernel, theta, self.rng)
+            if start.theta is None:
+                raise ValueError(
+                    "rho=0 proposes from the Laplace approximation of the posterior, which is "
+                    f"not available here ({start.reason}). Use rho='auto' (the split model)."
+                )
+            self.shift_move = ShiftMove(
+                self.kernel,
+                start.mode,
+                start.chol,
+                moves=self.shift_moves,
+                relaxation=self.shift_relaxation,
+                recenter=False,
+            )
+            if not self.tune:
+                self.shift_move.freeze()
+            if self.init == "laplace":
+                theta = start.theta
+            state = self.kernel.init(theta)
+        else:
+            state = SGSState(theta=theta, z=self.z, z_mode=self.z_mode)
+        shift_beta = float(self.shift_move.beta)
+        state, shift_accept = self.shift_move.run(state, self.rng)
+        shift_moves = float(self.shift_move.moves)
+        if self.tune:
+            self.shift_move.tune()
+        self.feedback["iterations"] += 1
+        if self.feedback["iterations"] % DIRECT_REFRESH == 0:
+            # z = A theta + o afresh: accepted moves add A delta, whose rounding would drift
+            state = state._replace(z=self.kernel.init(state.theta).z)
+        self.z, self.z_mode = state.z, state.z_mode
+        nan = float("nan")
+        stats = {
+            "rho": 0.0,
+            "z_proposals": nan,
+            "z_accept": nan,
+            # log pi - log pi_0 = 0: the chain targets pi
+            "log_weight": 0.0,
+            "exact_accept": nan,
+            "shift_accept": shift_accept,
+            "shift_moves": shift_moves,
+            "shift_beta": shift_beta,
+            "swept": 0.0,
+        }
+        if self.tune:
+            self.feedback["tune_draws"] += 1
+        else:
+            self._check_health(stats, state.theta)
+        return self._theta_to_point(state.theta, point), [stats]
 
     # ------------------------------------------------------------- chain start
     def _start_chain(self, theta):
@@ -827,6 +918,53 @@ def _check_shards_model(detected, owned, backend, theta_solver, dtype):
         raise ValueError(
             f"split='shards' needs smooth log-concave potentials; received the terms {kinked}. "
             "Use split='observations'."
+        )
+
+
+#: rho=0 recomputes z = A theta + o every this many draws
+DIRECT_REFRESH = 100
+
+
+def _is_zero(rho) -> bool:
+    """Whether ``rho`` is the number 0 (not a bool, a string or an array)."""
+    return (
+        not isinstance(rho, (bool, np.bool_, str))
+        and isinstance(rho, (int, float, np.integer, np.floating))
+        and rho == 0
+    )
+
+
+def _check_direct(detected, owned, backend, split, exact, shift) -> None:
+    """``ValueError`` for what ``rho=0`` (no split, shift moves on the posterior) cannot run."""
+    alternative = "Use rho='auto' (the split model), which samples this model."
+    if split == "shards":
+        raise ValueError("rho=0 leaves nothing to split; BlockSplitGibbs needs a positive rho.")
+    if exact:
+        raise ValueError(
+            "exact=True corrects the split model's bias; rho=0 samples the posterior itself and "
+            "has none. Use rho=0 with exact=False, or exact=True with rho='auto'."
+        )
+    if not shift:
+        raise ValueError(
+            "rho=0 moves the coefficients by the shift move alone; shift=False would leave "
+            "them fixed. Use shift=True (the default) or rho='auto'."
+        )
+    if not (isinstance(backend, LocalBackend) and backend.n_shards is None):
+        raise ValueError(
+            f"rho=0 runs in one process; received backend={backend.describe()}. Use the default "
+            f"LocalBackend(). {alternative}"
+        )
+    for term in detected.problem.split_terms:
+        fam = term.family
+        if fam.piecewise_linear or not fam.log_concave:
+            raise ValueError(
+                f"rho=0 proposes from the Laplace approximation of the posterior, which needs "
+                f"smooth log-concave likelihoods; the term {term.name!r} is {fam!r}. {alternative}"
+            )
+    if owned:
+        raise ValueError(
+            f"rho=0 does not update the likelihood parameters {owned} (SplitGibbs updates them "
+            f"given z, which rho=0 does not have). {alternative}"
         )
 
 

@@ -218,7 +218,7 @@ class BaseSplitGibbs(BlockedStep):
             return
         fb["warned"] = True
         z_acc = fb["z_accept"] / max(fb["swept"], 1)
-        if z_acc < 0.5:
+        if fb["swept"] and z_acc < 0.5:
             _warn_user(
                 f"SplitGibbs: mean acceptance of the over-relaxed z-moves is {z_acc:.2f} "
                 "(< 0.5): the Laplace approximation of z | theta is poor for these data. Use "

@@ -30,7 +30,7 @@ from .cases import build_model, make_data
 NUTS_VARIANTS = ("NUTS", "nutpie", "nutpie-lr")
 #: exact samplers that are not NUTS (their runs may join the pooled reference)
 EXACT_BASELINES = ("Laplace-MH", "PG")
-SAMPLERS = ("SGS", "NUTS", "nutpie", "nutpie-lr", "Laplace-MH", "Laplace-PSIS", "PG")
+SAMPLERS = ("SGS", "SGS-rho0", "NUTS", "nutpie", "nutpie-lr", "Laplace-MH", "Laplace-PSIS", "PG")
 
 
 def seed_for(base: int, case: str, sampler: str) -> int:
@@ -107,6 +107,8 @@ def _pm_sample(model, sampler, kw):
     with model:
         if sampler == "SGS":
             return pm.sample(step=pymc_sgs.SplitGibbs(), **kw)
+        if sampler == "SGS-rho0":
+            return pm.sample(step=pymc_sgs.SplitGibbs(rho=0), **kw)
         if sampler == "Laplace-MH":
             return pm.sample(step=LaplaceMH(), **kw)
         if sampler == "NUTS":
@@ -190,6 +192,11 @@ def run_sampler(job: dict) -> dict:
             res.update(rho=rho.tolist(), sd_w=sdw, z_accept=float(np.nanmean(st["z_accept"])))
         elif sampler == "Laplace-MH":
             res.update(accept=float(st["accept"].mean()), mh_beta=st["beta"].values[:, -1].tolist())
+        elif sampler == "SGS-rho0":
+            res.update(
+                accept=float(st["shift_accept"].mean()),
+                mh_beta=st["shift_beta"].values[:, -1].tolist(),
+            )
         else:
             res["n_steps"] = float(st["n_steps"].mean())
             res["divergences"] = int(st["diverging"].sum())

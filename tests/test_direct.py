@@ -1,0 +1,134 @@
+"""``SplitGibbs(rho=0)``: no split, the shift move samples the posterior itself."""
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_sgs
+
+from .posteriordb_cases import build_model, load_reference
+
+
+def _sample(model, step, draws, tune=500, chains=2, seed=3, cores=1):
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pm.sample(
+            draws=draws,
+            tune=tune,
+            step=step,
+            chains=chains,
+            cores=cores,
+            random_seed=seed,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+
+
+def _z_scores(idata, ref):
+    """(posterior mean - reference mean) in units of the combined Monte Carlo error, for the
+    means and the sds of dogs' three coefficients. The reference's own error: 10000 Stan draws
+    (roughly independent), ``sd / 100`` for the mean and ``sd / sqrt(2 * 10000)`` for the sd."""
+    z_mean, z_sd = [], []
+    for j in range(3):
+        mu, sd = ref[f"beta[{j + 1}]"]
+        x = idata.posterior["beta"].values[..., j]
+        se_mean = float(np.ravel(az.mcse(x, method="mean"))[0])
+        se_sd = float(np.ravel(az.mcse(x, method="sd"))[0])
+        z_mean.append((x.mean() - mu) / np.hypot(se_mean, sd / 100))
+        z_sd.append((x.std(ddof=1) - sd) / np.hypot(se_sd, sd / np.sqrt(20000)))
+    return np.array(z_mean), np.array(z_sd)
+
+
+def test_rho0_samples_the_posterior_itself():
+    """dogs (logistic regression, flat prior): means and sds within 4 Monte Carlo errors of
+    posteriordb's reference, with no weights. Negative control: the split model at rho=0.5,
+    uncorrected, fails the same check."""
+    model, _ = build_model("dogs-dogs")
+    ref = load_reference("dogs-dogs")
+    idata = _sample(model, pymc_sgs.SplitGibbs(rho=0), draws=3000)
+    z_mean, z_sd = _z_scores(idata, ref)
+    assert np.max(np.abs(z_mean)) < 4.0, z_mean
+    assert np.max(np.abs(z_sd)) < 4.0, z_sd
+    stats = idata.sample_stats
+    assert np.all(stats["rho"].values == 0.0) and np.all(stats["log_weight"].values == 0.0)
+    assert np.all(stats["swept"].values == 0.0) and np.all(np.isnan(stats["z_accept"].values))
+    assert float(stats["shift_accept"].mean()) > 0.5
+    split = _sample(model, pymc_sgs.SplitGibbs(rho=0.5, shift=True), draws=3000)
+    z_mean, _ = _z_scores(split, ref)
+    assert np.max(np.abs(z_mean)) > 4.0, z_mean
+
+
+def _logistic(n=400, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-(X @ np.linspace(-0.5, 0.5, d)))))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 2, shape=d)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
+    return model
+
+
+def test_rho0_same_draws_for_any_cores_and_no_psis():
+    model = _logistic()
+    one = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=100, tune=100, cores=1)
+    two = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=100, tune=100, cores=2)
+    np.testing.assert_array_equal(one.posterior["b"].values, two.posterior["b"].values)
+    assert "rho=0 (no split)" in repr(pymc_sgs.SplitGibbs(rho=0, model=model))
+    with pytest.raises(ValueError, match=r"rho=0.*nothing to reweight"):
+        pymc_sgs.psis_summary(one)
+
+
+def _model_with(likelihood):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(200, 2))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        eta = pm.math.dot(X, b)
+        if likelihood == "student_t":
+            pm.StudentT("y", nu=4, mu=eta, sigma=1.0, observed=rng.standard_t(4, size=200))
+        elif likelihood == "quantile":
+            pm.AsymmetricLaplace("y", b=1.0, kappa=2.0, mu=eta, observed=rng.normal(size=200))
+        elif likelihood == "negbin_free_alpha":
+            alpha = pm.Exponential("alpha", 1.0)
+            pm.NegativeBinomial(
+                "y", mu=pm.math.exp(eta), alpha=alpha, observed=rng.poisson(2.0, size=200)
+            )
+        else:
+            pm.Poisson("y", mu=pm.math.exp(eta), observed=rng.poisson(1.0, size=200))
+    return model
+
+
+@pytest.mark.parametrize(
+    "case, kwargs, message",
+    [
+        ("poisson", dict(exact=True), r"exact=True corrects the split model's bias; rho=0"),
+        ("poisson", dict(shift=False), r"rho=0 moves the coefficients by the shift move alone"),
+        (
+            "poisson",
+            dict(backend=pymc_sgs.LocalBackend(n_shards=2)),
+            r"rho=0 runs in one process; received backend=LocalBackend\(n_shards=2\)",
+        ),
+        (
+            "poisson",
+            dict(backend=pymc_sgs.LocalBackend(theta_solver="cg")),
+            r"rho=0 .* the theta-step is matrix-free \(theta_solver='cg'",
+        ),
+        ("student_t", {}, r"rho=0 .* smooth log-concave likelihoods; the term 'y' is"),
+        ("quantile", {}, r"rho=0 .* smooth log-concave likelihoods; the term 'y' is"),
+        ("negbin_free_alpha", {}, r"rho=0 does not update the likelihood parameters \['alpha"),
+    ],
+)
+def test_rho0_refuses_what_it_cannot_run(case, kwargs, message):
+    model = _model_with(case)
+    with pytest.raises(ValueError, match=message) as err:
+        pymc_sgs.SplitGibbs(rho=0, model=model, **kwargs)
+    assert "rho=" in str(err.value)
+
+
+@pytest.mark.parametrize("rho", [False, "0", np.array([0.0, 0.0])])
+def test_only_the_number_zero_means_no_split(rho):
+    with pytest.raises(ValueError, match="rho"):
+        pymc_sgs.SplitGibbs(rho=rho, model=_model_with("poisson"))
