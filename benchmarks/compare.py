@@ -229,8 +229,13 @@ def main(argv=None):
             f"- versions: {versions}",
             f"- backend: {backend}",
             f"- load average (1/5/15 min) at start {'/'.join(f'{v:.2f}' for v in load_start)}, "
-            f"at end {'/'.join(f'{v:.2f}' for v in os.getloadavg())} (above nproc: other jobs "
-            "shared the cores, so wall times and ESS/s are pessimistic; compare the CPU s column)",
+            f"at end {'/'.join(f'{v:.2f}' for v in os.getloadavg())} "
+            + (
+                "(above nproc: other jobs shared the cores, so wall times and ESS/s are "
+                "pessimistic; compare the CPU s column)"
+                if max(*load_start, *os.getloadavg()) > (os.cpu_count() or 1)
+                else "(at most nproc: the samplers had the cores to themselves)"
+            ),
             f"- runtime: {total:.0f} s; per-sampler timeout {args.timeout:.0f} s"
             + (f"; time budget {args.budget_min:g} min" if args.budget_min else ""),
             "",

@@ -244,6 +244,13 @@ class ShiftMove:
                 setattr(new, name, copy.deepcopy(value, memo))
         return new
 
+    def recentre(self, mean, chol) -> None:
+        """A new reference Gaussian ``N(mean, (chol chol^T)^-1)`` (during tuning only: the
+        proposal must stay fixed while draws are kept); its constants are recomputed."""
+        self.mean, self.chol = mean, chol
+        self._chol_f = np.asfortranarray(chol, dtype=float)
+        self._mean_curvature = self._offset_rhs = self._mean_offset = None
+
     def _setup(self) -> None:
         # the constants of the move, sums over the rows at the reference mean: one pass (one
         # round trip for rows held elsewhere), made once

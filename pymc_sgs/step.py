@@ -108,9 +108,8 @@ class SplitGibbs(BaseSplitGibbs):
         chain with the mean-corrected Laplace proposal, over-relaxed where it is
         accepted often; no z-sweeps, no bias, importance weights all 1). Fastest
         where the Laplace proposal is accepted often (near-Gaussian posteriors;
-        ``benchmarks/results/``); needs smooth log-concave likelihoods without
-        free likelihood parameters, the Cholesky theta-step and the default
-        in-process back end.
+        ``benchmarks/results/``); needs smooth log-concave likelihoods, the
+        Cholesky theta-step and the default in-process back end.
     bias_tol : float
         For ``rho="auto"``: target bound, in posterior standard deviations, on
         the bias of any posterior expectation (``sd(w / E w) <= bias_tol``).
@@ -352,7 +351,7 @@ class SplitGibbs(BaseSplitGibbs):
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
         if self.direct:
-            _check_direct(self.detected, owned, backend, split, exact, self.shift)
+            _check_direct(self.detected, backend, split, exact, self.shift)
         # rho=0 never sweeps: its kernel holds the rows, the prior and the Gaussian terms, and
         # a coupling that is never used
         start_rho = AUTO_RHO_START if self.auto_rho else 1.0 if self.direct else rho
@@ -396,6 +395,11 @@ class SplitGibbs(BaseSplitGibbs):
         # free AsymmetricLaplace rates are updated here too (pymc_sgs.free_rate)
         self.vars += [by_name[r.value_name] for r in self.free_rates]
         self._free_sigma = any(s is not None for s in self.detected.sigma_sources)
+        # values that other updates change between draws, on which the posterior of theta
+        # (and so its Laplace approximation) depends
+        self._hyper = bool(
+            self._free_sigma or self.detected.prior_sources or self.detected.nuisance_vars
+        )
         # sweep_every="auto" thins the sweeps only where the shift move can make the draws in
         # between: with no split term a sweep is an exact draw of theta, and a prior scale,
         # sigma or likelihood parameter updated between draws moves the posterior away from
@@ -580,6 +584,10 @@ class SplitGibbs(BaseSplitGibbs):
         With ``z = A theta + o`` the residuals are zero, so the shift move's target is the
         posterior itself and its acceptance ratio the exact one; it proposes from the
         mean-corrected Laplace approximation (pCN, tuned as in the split model's runs).
+        Free likelihood parameters (NegativeBinomial ``alpha``, Gamma ``alpha``) are first
+        slice-sampled given theta from the likelihood at ``A theta + o`` (a Gibbs scan of
+        the posterior itself; the shift move's proposal stays the Laplace approximation at
+        their starting values, and its ratio uses their current ones).
         """
         theta = self._theta_from_point(point)
         if self.detected.prior_sources:
@@ -589,6 +597,9 @@ class SplitGibbs(BaseSplitGibbs):
         if self._check_data:
             self._check_data_unchanged()
             self._check_data = False
+        if self._nuisance_names:
+            self._check_nuisance_unchanged(point)
+            self._set_families(point)
         if self.z_mode is None:
             start = laplace_start(self.kernel, theta, self.rng)
             if start.theta is None:
@@ -611,6 +622,15 @@ class SplitGibbs(BaseSplitGibbs):
             state = self.kernel.init(theta)
         else:
             state = SGSState(theta=theta, z=self.z, z_mode=self.z_mode)
+        if self._nuisance_names:
+            # phi | theta from the likelihood itself: z = A theta + o is the linear predictor
+            point = self._update_nuisance(point, state)
+        if self.tune and self.feedback["iterations"] in DIRECT_RECENTRE and self._hyper:
+            # the proposal was the Laplace approximation at PyMC's initial hyperparameters;
+            # during tuning it moves to the Laplace approximation at their current values
+            start = laplace_start(self.kernel, state.theta, self.rng)
+            if start.theta is not None:
+                self.shift_move.recentre(start.mode, start.chol)
         shift_beta = float(self.shift_move.beta)
         state, shift_accept = self.shift_move.run(state, self.rng)
         shift_moves = float(self.shift_move.moves)
@@ -638,6 +658,8 @@ class SplitGibbs(BaseSplitGibbs):
             self.feedback["tune_draws"] += 1
         else:
             self._check_health(stats, state.theta)
+        if self._nuisance_names:
+            self.nuisance_out = {nm: np.array(point[nm], copy=True) for nm in self._nuisance_names}
         return self._theta_to_point(state.theta, point), [stats]
 
     # ------------------------------------------------------------- chain start
@@ -923,6 +945,10 @@ def _check_shards_model(detected, owned, backend, theta_solver, dtype):
 
 #: rho=0 recomputes z = A theta + o every this many draws
 DIRECT_REFRESH = 100
+#: rho=0 with hyperparameters updated between draws (free likelihood parameters, prior scales,
+#: a Normal term's sigma): the tuning iterations at which the shift move's proposal moves to
+#: the Laplace approximation at their current values
+DIRECT_RECENTRE = (50, 200)
 
 
 def _is_zero(rho) -> bool:
@@ -934,7 +960,7 @@ def _is_zero(rho) -> bool:
     )
 
 
-def _check_direct(detected, owned, backend, split, exact, shift) -> None:
+def _check_direct(detected, backend, split, exact, shift) -> None:
     """``ValueError`` for what ``rho=0`` (no split, shift moves on the posterior) cannot run."""
     alternative = "Use rho='auto' (the split model), which samples this model."
     if split == "shards":
@@ -961,11 +987,6 @@ def _check_direct(detected, owned, backend, split, exact, shift) -> None:
                 f"rho=0 proposes from the Laplace approximation of the posterior, which needs "
                 f"smooth log-concave likelihoods; the term {term.name!r} is {fam!r}. {alternative}"
             )
-    if owned:
-        raise ValueError(
-            f"rho=0 does not update the likelihood parameters {owned} (SplitGibbs updates them "
-            f"given z, which rho=0 does not have). {alternative}"
-        )
 
 
 def _check_split_args(split, n_shards, rho, alpha, exact):

