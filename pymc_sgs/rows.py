@@ -307,14 +307,11 @@ class LocalRows:
             term = self.problem.split_terms[index]
             self._term_data[index] = (A, off, y, row_parameter(family, term.trials, term.n))
 
-    def term_log_likelihood(self, index: int, z, family=None) -> float:
-        """``sum_i log p(y_i | z_i)`` over the rows of split term ``index`` (all constants included)."""
-        fam = self.families[index] if family is None else family
-        term = self.split_terms[index]
-        sl = self._slices[index]
-        with np.errstate(over="ignore", invalid="ignore"):
-            out = float(np.sum(fam.log_likelihood(z[sl], term.y, term.trials)))
-        return out if not np.isnan(out) else -np.inf
+    def term_nuisance_log_likelihood(self, index: int, z):
+        """``f(family) -> sum_i log p(y_i | z_i)`` over split term ``index`` at fixed ``z``
+        (:meth:`pymc_sgs.families.Family.nuisance_log_likelihood`)."""
+        term, sl = self.split_terms[index], self._slices[index]
+        return self.families[index].nuisance_log_likelihood(z[sl], term.y, term.trials)
 
     def set_term_rate(self, index: int, rate) -> None:
         """Replace the per-row rate (``trials``) of the kinked split term ``index``.

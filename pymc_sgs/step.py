@@ -775,8 +775,13 @@ class SplitGibbs(BaseSplitGibbs):
                 {i for i, _, _, names in self.detected.nuisance_sources if name in names}
             )
             dtype = np.asarray(point[name]).dtype
+            # z stays fixed while the parameter is sampled: what does not depend on it is
+            # summed once
+            term_ll = {
+                i: self.kernel.rows.term_nuisance_log_likelihood(i, state.z) for i in indices
+            }
 
-            def log_density(x, name=name, indices=indices, dtype=dtype):
+            def log_density(x, name=name, indices=indices, dtype=dtype, term_ll=term_ll):
                 trial = dict(point)
                 trial[name] = np.asarray(x, dtype=dtype)
                 lp = float(prior_logp(trial))
@@ -789,7 +794,7 @@ class SplitGibbs(BaseSplitGibbs):
                         fams[i] = self.kernel.families[i].bind(**values[i])
                     except ValueError:  # e.g. alpha underflowed to 0
                         return -np.inf
-                    lp += self.kernel.rows.term_log_likelihood(i, state.z, fams[i])
+                    lp += term_ll[i](fams[i])
                 if tilt and np.isfinite(lp):
                     saved = {i: self.kernel.families[i] for i in indices}
                     for i, f in fams.items():

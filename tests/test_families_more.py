@@ -61,6 +61,44 @@ def scipy_logpdf(name, fam, z, y, t):
     return stats.t(fam.params["nu"], loc=z, scale=fam.params["sigma"]).logpdf(y)
 
 
+@pytest.mark.parametrize(
+    "fam, other, y",
+    [
+        (NegativeBinomialLog(alpha=2.5), NegativeBinomialLog(alpha=0.7), "counts"),
+        (GammaLog(shape=3.0), GammaLog(shape=11.0), "positive"),
+        (StudentTIdentity(nu=3.0, sigma=0.5), StudentTIdentity(nu=8.0, sigma=2.0), "real"),
+    ],
+)
+def test_nuisance_log_likelihood_is_the_summed_log_likelihood(fam, other, y):
+    """The slice sampler's precomputed sums give scipy's log density summed over the rows, for
+    nuisance values other than the ones they were built with, and what the row-wise
+    log_likelihood gives at an extreme linear predictor (finite for the negative binomial,
+    whose mean overflows; -inf, not NaN, for the Gamma)."""
+    rng = np.random.default_rng(4)
+    z = rng.normal(0.5, 1.5, size=500)
+    values = {
+        "counts": rng.poisson(3.0, size=500).astype(float),
+        "positive": rng.gamma(2.0, 1.0, size=500),
+        "real": rng.normal(size=500),
+    }[y]
+    f = fam.nuisance_log_likelihood(z, values)
+    name = {NegativeBinomialLog: "negativebinomial", GammaLog: "gamma"}.get(type(fam), "studentt")
+    for g in (fam, other):
+        want = float(np.sum(scipy_logpdf(name, g, z, values, None)))
+        np.testing.assert_allclose(f(g), want, rtol=1e-10)
+    if y != "real":
+        z_big = z.copy()
+        z_big[0] = 800.0 if y == "counts" else -800.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            rowwise = float(np.sum(other.log_likelihood(z_big, values)))
+        got = fam.nuisance_log_likelihood(z_big, values)(other)
+        if y == "counts":
+            assert np.isfinite(got)
+            np.testing.assert_allclose(got, rowwise, rtol=1e-10)
+        else:
+            assert got == -np.inf and rowwise == -np.inf
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_potential_matches_scipy_and_derivatives(name):
     fam, y, t, _, _ = CASES[name]
