@@ -518,6 +518,7 @@ class SplitGibbs(BaseSplitGibbs):
             state = state._replace(log_weight=float("nan"))
         shift_accept = shift_moves = shift_beta = float("nan")
         if self.shift_move is not None:
+            self._recentre_shift_move(state)
             # Pi_rho-invariant joint move of (theta, z) (pymc_sgs.shift), before the sweep
             shift_beta = float(self.shift_move.beta)
             state, shift_accept = self.shift_move.run(state, self.rng)
@@ -577,6 +578,18 @@ class SplitGibbs(BaseSplitGibbs):
         new_point.update(rate_values)
         return new_point, [stats]
 
+    def _recentre_shift_move(self, state) -> None:
+        """During tuning, at draws :data:`RECENTRE_AT` of a model whose hyperparameters move
+        between draws (free likelihood parameters, prior scales, a Normal term's sigma), the
+        shift move's proposal becomes the Laplace approximation at their current values (it
+        was made at PyMC's initial values; an alpha or a scale off by a factor of a few left
+        the proposal's spread wrong and its acceptance at 0.3). After tuning it stays fixed."""
+        if not (self.tune and self._hyper and self.feedback["iterations"] in RECENTRE_AT):
+            return
+        start = laplace_start(self.kernel, state.theta, self.rng)
+        if start.theta is not None:
+            self.shift_move.recentre(start.mode, start.chol)
+
     # ------------------------------------------------------------------ rho = 0
     def _direct_step(self, point):
         """A draw of ``rho=0``: shift moves on ``(theta, A theta + o)``, no sweep.
@@ -625,12 +638,7 @@ class SplitGibbs(BaseSplitGibbs):
         if self._nuisance_names:
             # phi | theta from the likelihood itself: z = A theta + o is the linear predictor
             point = self._update_nuisance(point, state)
-        if self.tune and self.feedback["iterations"] in DIRECT_RECENTRE and self._hyper:
-            # the proposal was the Laplace approximation at PyMC's initial hyperparameters;
-            # during tuning it moves to the Laplace approximation at their current values
-            start = laplace_start(self.kernel, state.theta, self.rng)
-            if start.theta is not None:
-                self.shift_move.recentre(start.mode, start.chol)
+        self._recentre_shift_move(state)
         shift_beta = float(self.shift_move.beta)
         state, shift_accept = self.shift_move.run(state, self.rng)
         shift_moves = float(self.shift_move.moves)
@@ -950,10 +958,9 @@ def _check_shards_model(detected, owned, backend, theta_solver, dtype):
 
 #: rho=0 recomputes z = A theta + o every this many draws
 DIRECT_REFRESH = 100
-#: rho=0 with hyperparameters updated between draws (free likelihood parameters, prior scales,
-#: a Normal term's sigma): the tuning iterations at which the shift move's proposal moves to
-#: the Laplace approximation at their current values
-DIRECT_RECENTRE = (50, 200)
+#: tuning iterations at which the shift move's proposal moves to the Laplace approximation at
+#: the current hyperparameters (SplitGibbs._recentre_shift_move)
+RECENTRE_AT = (50, 200)
 
 
 def _is_zero(rho) -> bool:
