@@ -55,7 +55,7 @@ for _p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(_p))
 
 from harness.report import env_info, fmt_sig  # noqa: E402
-from harness.runner import MemoryMonitor, cpu_seconds, run_job, seed_for  # noqa: E402
+from harness.runner import MemoryMonitor, cpu_seconds, pm_sample, run_job, seed_for  # noqa: E402
 
 SAMPLERS = ("SGS", "SGS-rho0", "NUTS", "nutpie", "nutpie-lr")
 NUTS_VARIANTS = ("NUTS", "nutpie", "nutpie-lr")
@@ -89,29 +89,6 @@ def build_model(case: str):
     return model
 
 
-def _sample(model, sampler, kw):
-    import pymc as pm
-
-    import pymc_sgs
-
-    with model:
-        if sampler == "SGS":
-            return pm.sample(step=pymc_sgs.SplitGibbs(), **kw)
-        if sampler == "SGS-rho0":
-            return pm.sample(step=pymc_sgs.SplitGibbs(rho=0), **kw)
-        if sampler == "NUTS":
-            return pm.sample(**kw)
-        if sampler == "nutpie":
-            return pm.sample(nuts_sampler="nutpie", **kw)
-        if sampler == "nutpie-lr":
-            return pm.sample(
-                nuts_sampler="nutpie",
-                nuts_sampler_kwargs={"low_rank_modified_mass_matrix": True},
-                **kw,
-            )
-    raise ValueError(sampler)
-
-
 def _worker(job, queue):
     os.setpgrp()
     try:
@@ -140,7 +117,7 @@ def _worker(job, queue):
             compute_convergence_checks=False,
             mp_ctx="fork",
         )
-        idata = _sample(model, job["sampler"], kw)
+        idata = pm_sample(model, job["sampler"], kw)
         wall = time.perf_counter() - t0
         mon.stop()
         post = idata.posterior[["b", "alpha"]]

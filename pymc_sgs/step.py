@@ -486,16 +486,7 @@ class SplitGibbs(BaseSplitGibbs):
             # sequential chains restore the tuner; keep the kernel in step with it
             self.kernel.set_rho(self.rho_tuner.rho)
             self.log_weight, self.atz = float("nan"), None
-        if self.detected.prior_sources:
-            self.kernel.set_prior_precision(self.detected.prior_precision(point))
-        if self._free_sigma:
-            self.kernel.set_sigmas(self.detected.sigmas(point))
-        if self._check_data:
-            self._check_data_unchanged()
-            self._check_data = False
-        if self._nuisance_names:
-            self._check_nuisance_unchanged(point)
-            self._set_families(point)
+        self._read_hyperparameters(point)
         rate_values = {}
         for fr in self.free_rates:
             sl = self.detected.problem.term_slices()[fr.term_index]
@@ -568,15 +559,34 @@ class SplitGibbs(BaseSplitGibbs):
                 self.log_weight, self.atz = float("nan"), None
         if self.tune and self.rho_check is not None and np.isfinite(info.log_weight):
             self.rho_check.append(float(info.log_weight))
-        if self.tune:
-            self.feedback["tune_draws"] += 1
-        else:
-            self._check_health(stats, state.theta)
-        if self._nuisance_names:
-            self.nuisance_out = {nm: np.array(point[nm], copy=True) for nm in self._nuisance_names}
+        self._finish_draw(stats, state.theta, point)
         new_point = self._theta_to_point(state.theta, point)
         new_point.update(rate_values)
         return new_point, [stats]
+
+    def _read_hyperparameters(self, point) -> None:
+        """The kernel at the point's prior scales, Normal sigmas and likelihood parameters;
+        the data and the owned likelihood parameters checked against what they were."""
+        if self.detected.prior_sources:
+            self.kernel.set_prior_precision(self.detected.prior_precision(point))
+        if self._free_sigma:
+            self.kernel.set_sigmas(self.detected.sigmas(point))
+        if self._check_data:
+            self._check_data_unchanged()
+            self._check_data = False
+        if self._nuisance_names:
+            self._check_nuisance_unchanged(point)
+            self._set_families(point)
+
+    def _finish_draw(self, stats, theta, point) -> None:
+        """Count the draw (tuning) or check the chain's health; keep the likelihood
+        parameters this step set, to detect another step changing them."""
+        if self.tune:
+            self.feedback["tune_draws"] += 1
+        else:
+            self._check_health(stats, theta)
+        if self._nuisance_names:
+            self.nuisance_out = {nm: np.array(point[nm], copy=True) for nm in self._nuisance_names}
 
     def _recentre_shift_move(self, state) -> None:
         """During tuning, at draws :data:`RECENTRE_AT` of a model whose hyperparameters move
@@ -599,20 +609,12 @@ class SplitGibbs(BaseSplitGibbs):
         mean-corrected Laplace approximation (pCN, tuned as in the split model's runs).
         Free likelihood parameters (NegativeBinomial ``alpha``, Gamma ``alpha``) are first
         slice-sampled given theta from the likelihood at ``A theta + o`` (a Gibbs scan of
-        the posterior itself; the shift move's proposal stays the Laplace approximation at
-        their starting values, and its ratio uses their current ones).
+        the posterior itself); the shift move's ratio uses their current values, its
+        proposal the Laplace approximation at their values at the last recentring
+        (:meth:`_recentre_shift_move`).
         """
         theta = self._theta_from_point(point)
-        if self.detected.prior_sources:
-            self.kernel.set_prior_precision(self.detected.prior_precision(point))
-        if self._free_sigma:
-            self.kernel.set_sigmas(self.detected.sigmas(point))
-        if self._check_data:
-            self._check_data_unchanged()
-            self._check_data = False
-        if self._nuisance_names:
-            self._check_nuisance_unchanged(point)
-            self._set_families(point)
+        self._read_hyperparameters(point)
         if self.z_mode is None:
             start = laplace_start(self.kernel, theta, self.rng)
             if start.theta is None:
@@ -662,12 +664,7 @@ class SplitGibbs(BaseSplitGibbs):
             "shift_beta": shift_beta,
             "swept": 0.0,
         }
-        if self.tune:
-            self.feedback["tune_draws"] += 1
-        else:
-            self._check_health(stats, state.theta)
-        if self._nuisance_names:
-            self.nuisance_out = {nm: np.array(point[nm], copy=True) for nm in self._nuisance_names}
+        self._finish_draw(stats, state.theta, point)
         return self._theta_to_point(state.theta, point), [stats]
 
     # ------------------------------------------------------------- chain start

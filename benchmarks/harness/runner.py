@@ -97,7 +97,9 @@ def cpu_seconds() -> float:
 # ---------------------------------------------------------------------------- worker
 
 
-def _pm_sample(model, sampler, kw):
+def pm_sample(model, sampler, kw):
+    """``pm.sample`` of ``model`` with ``sampler`` (a name of :data:`SAMPLERS` that runs through
+    PyMC) and the keyword arguments ``kw``; shared by the benchmark scripts."""
     import pymc as pm
 
     import pymc_sgs
@@ -177,7 +179,7 @@ def run_sampler(job: dict) -> dict:
             compute_convergence_checks=False,
             mp_ctx="fork",
         )
-        idata = _pm_sample(model, sampler, kw)
+        idata = pm_sample(model, sampler, kw)
         wall = time.perf_counter() - t0
         res["beta"] = np.asarray(idata.posterior["beta"].values, dtype=float)
         res["sampling_time"] = float(idata.posterior.attrs.get("sampling_time", np.nan))
