@@ -588,6 +588,21 @@ class SplitGibbs(BaseSplitGibbs):
         if self._nuisance_names:
             self.nuisance_out = {nm: np.array(point[nm], copy=True) for nm in self._nuisance_names}
 
+    def _new_shift_move(self, start, recenter: bool = True) -> ShiftMove:
+        """The chain's shift move, proposing from the Laplace approximation ``start``; frozen
+        at once when there is no tuning (tune=0)."""
+        move = ShiftMove(
+            self.kernel,
+            start.mode,
+            start.chol,
+            moves=self.shift_moves,
+            relaxation=self.shift_relaxation,
+            recenter=recenter,
+        )
+        if not self.tune:
+            move.freeze()
+        return move
+
     def _recentre_shift_move(self, state) -> None:
         """During tuning, at draws :data:`RECENTRE_AT` of a model whose hyperparameters move
         between draws (free likelihood parameters, prior scales, a Normal term's sigma), the
@@ -622,16 +637,8 @@ class SplitGibbs(BaseSplitGibbs):
                     "rho=0 proposes from the Laplace approximation of the posterior, which is "
                     f"not available here ({start.reason}). Use rho='auto' (the split model)."
                 )
-            self.shift_move = ShiftMove(
-                self.kernel,
-                start.mode,
-                start.chol,
-                moves=self.shift_moves,
-                relaxation=self.shift_relaxation,
-                recenter=False,
-            )
-            if not self.tune:
-                self.shift_move.freeze()
+            # zero residuals: nothing to recentre on
+            self.shift_move = self._new_shift_move(start, recenter=False)
             if self.init == "laplace":
                 theta = start.theta
             state = self.kernel.init(theta)
@@ -692,15 +699,7 @@ class SplitGibbs(BaseSplitGibbs):
         have_laplace = start is not None and start.theta is not None
         if have_laplace and use_shift:
             # a sharded kernel's passes over the rows run on its shards
-            self.shift_move = ShiftMove(
-                self.kernel,
-                start.mode,
-                start.chol,
-                moves=self.shift_moves,
-                relaxation=self.shift_relaxation,
-            )
-            if untuned:
-                self.shift_move.freeze()
+            self.shift_move = self._new_shift_move(start)
         if have_laplace and self.init == "laplace":
             # burn-in (or, with tune=0, the first draw) starts inside the posterior
             theta = start.theta
