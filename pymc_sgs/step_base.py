@@ -401,6 +401,16 @@ def _validate_scalar_rho(rho, where: str) -> bool:
         raise ValueError(
             f"rho must be 'auto' or a scalar {where}; received an array of shape {np.shape(rho)}."
         )
+    if (
+        not isinstance(rho, (bool, np.bool_))
+        and isinstance(rho, (int, float, np.number))
+        and rho == 0
+    ):
+        raise ValueError(
+            f"rho=0 (no split) applies to GLMs without group-specific terms and without a "
+            f"Categorical likelihood; received rho=0 {where}. Use rho='auto' (the default) or "
+            "a positive rho."
+        )
     validate_rho(rho, 1)
     return False
 

@@ -163,3 +163,23 @@ def test_rho0_refuses_what_it_cannot_run(case, kwargs, message):
 def test_only_the_number_zero_means_no_split(rho):
     with pytest.raises(ValueError, match="rho"):
         pymc_sgs.SplitGibbs(rho=rho, model=_model_with("poisson"))
+
+
+def test_rho0_is_refused_for_mixed_and_categorical_models():
+    """Those models have steps of their own (no shift move on the posterior): a clear refusal
+    saying which, instead of "rho must be positive"."""
+    rng = np.random.default_rng(2)
+    g = rng.integers(0, 5, 100)
+    x = rng.normal(size=100)
+    with pm.Model() as mixed:
+        tau = pm.HalfNormal("tau", 1.0)
+        u = pm.Normal("u", 0.0, tau, shape=5)
+        b = pm.Normal("b", 0.0, 1.0)
+        pm.Bernoulli("y", logit_p=b * x + u[g], observed=rng.binomial(1, 0.5, 100))
+    with pm.Model() as categorical:
+        B = pm.Normal("B", 0.0, 1.0, shape=(2, 3))
+        p = pm.math.softmax(pm.math.dot(np.column_stack([np.ones(100), x]), B), axis=-1)
+        pm.Categorical("y", p=p, observed=rng.integers(0, 3, 100))
+    for model, where in ((mixed, "mixed model"), (categorical, "Categorical")):
+        with pytest.raises(ValueError, match=rf"rho=0 \(no split\) applies to .*for a.*{where}"):
+            pymc_sgs.SplitGibbs(rho=0, model=model)
