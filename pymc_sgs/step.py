@@ -509,13 +509,8 @@ class SplitGibbs(BaseSplitGibbs):
             state = state._replace(log_weight=float("nan"))
         shift_accept = shift_moves = shift_beta = float("nan")
         if self.shift_move is not None:
-            self._recentre_shift_move(state)
             # Pi_rho-invariant joint move of (theta, z) (pymc_sgs.shift), before the sweep
-            shift_beta = float(self.shift_move.beta)
-            state, shift_accept = self.shift_move.run(state, self.rng)
-            shift_moves = float(self.shift_move.moves)
-            if self.tune:
-                self.shift_move.tune()
+            state, shift_accept, shift_moves, shift_beta = self._run_shift_move(state)
         swept = self.feedback["iterations"] % self._sweep_stride() == 0
         self.feedback["iterations"] += 1
         if not swept:
@@ -603,6 +598,17 @@ class SplitGibbs(BaseSplitGibbs):
             move.freeze()
         return move
 
+    def _run_shift_move(self, state):
+        """The draw's shift moves (recentred first during tuning, tuned after):
+        ``(state, acceptance, moves, beta)`` (moves and beta as they were for this draw)."""
+        self._recentre_shift_move(state)
+        beta = float(self.shift_move.beta)
+        state, accept = self.shift_move.run(state, self.rng)
+        moves = float(self.shift_move.moves)
+        if self.tune:
+            self.shift_move.tune()
+        return state, accept, moves, beta
+
     def _recentre_shift_move(self, state) -> None:
         """During tuning, at draws :data:`RECENTRE_AT` of a model whose hyperparameters move
         between draws (free likelihood parameters, prior scales, a Normal term's sigma), the
@@ -647,12 +653,7 @@ class SplitGibbs(BaseSplitGibbs):
         if self._nuisance_names:
             # phi | theta from the likelihood itself: z = A theta + o is the linear predictor
             point = self._update_nuisance(point, state)
-        self._recentre_shift_move(state)
-        shift_beta = float(self.shift_move.beta)
-        state, shift_accept = self.shift_move.run(state, self.rng)
-        shift_moves = float(self.shift_move.moves)
-        if self.tune:
-            self.shift_move.tune()
+        state, shift_accept, shift_moves, shift_beta = self._run_shift_move(state)
         self.feedback["iterations"] += 1
         if self.feedback["iterations"] % DIRECT_REFRESH == 0:
             # z = A theta + o afresh: accepted moves add A delta, whose rounding would drift
