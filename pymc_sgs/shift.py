@@ -228,10 +228,7 @@ class ShiftMove:
         self._regime_accept = []
         self._adapt_moves = self.moves == "auto"
         self.moves = 1 if self._adapt_moves else int(self.moves)
-        self._chol_f = np.asfortranarray(self.chol, dtype=float)
-        self._mean_curvature = None
-        self._offset_rhs = None
-        self._mean_offset = None
+        self.recentre(self.mean, self.chol)
 
     def __deepcopy__(self, memo):
         # PyMC deep-copies the step's per-chain state (sampling_state); the kernel and its
@@ -245,8 +242,9 @@ class ShiftMove:
         return new
 
     def recentre(self, mean, chol) -> None:
-        """A new reference Gaussian ``N(mean, (chol chol^T)^-1)`` (during tuning only: the
-        proposal must stay fixed while draws are kept); its constants are recomputed."""
+        """Set the reference Gaussian ``N(mean, (chol chol^T)^-1)``; its constants are
+        recomputed when next needed. After construction, during tuning only: the proposal
+        must stay fixed while draws are kept."""
         self.mean, self.chol = mean, chol
         self._chol_f = np.asfortranarray(chol, dtype=float)
         self._mean_curvature = self._offset_rhs = self._mean_offset = None

@@ -131,6 +131,12 @@ def add_gaussian_terms(gaussian, theta, val, grad, hess, need_derivatives=True):
     return val, grad, hess
 
 
+def laplace_applies(family) -> bool:
+    """Whether Newton's method and a Laplace approximation apply to a split term's family:
+    smooth (not kinked) and log-concave."""
+    return not family.piecewise_linear and family.log_concave
+
+
 def laplace_start(
     kernel, theta0, rng: np.random.Generator, *, max_iter: int = 50, tol: float = 1e-8
 ) -> LaplaceStart:
@@ -149,7 +155,7 @@ def laplace_start(
     if kernel.theta_solver != "cholesky":
         return LaplaceStart(None, None, 0, "the theta-step is matrix-free (theta_solver='cg')")
     for fam in kernel.families:
-        if fam.piecewise_linear or not fam.log_concave:
+        if not laplace_applies(fam):
             return LaplaceStart(None, None, 0, f"{fam!r} is kinked or not log-concave")
     # a new chain's first pass over the rows (a back end that can lose rows counts draws
     # per chain for its message)

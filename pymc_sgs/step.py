@@ -29,7 +29,7 @@ from .propriety import check_proper
 from .rho import RhoTuner, pilot_rho, validate_bias_tol
 from .shards import ShardKernel, validate_n_shards
 from .shift import ShiftMove, validate_shift, validate_shift_moves, validate_shift_relaxation
-from .start import laplace_start, validate_init
+from .start import laplace_applies, laplace_start, validate_init
 from .step_base import (  # noqa: F401 - SamplerFeedbackWarning and AUTO_RHO_START re-exported
     AUTO_RHO_START,
     BaseSplitGibbs,
@@ -39,6 +39,7 @@ from .step_base import (  # noqa: F401 - SamplerFeedbackWarning and AUTO_RHO_STA
     _validate_sweep_every,
     _validate_weight_options,
     _warn_user,
+    is_zero_rho,
 )
 from .step_multinomial import CategoricalSplitGibbs
 from .validate import check_bool
@@ -292,7 +293,7 @@ class SplitGibbs(BaseSplitGibbs):
             )
         self.auto_rho = isinstance(rho, str) and rho == "auto"
         #: rho=0: no split, the shift move samples the posterior itself (_direct_step)
-        self.direct = _is_zero(rho)
+        self.direct = is_zero_rho(rho)
         if not self.auto_rho and not self.direct:
             if isinstance(rho, str) or rho is None:
                 raise ValueError(
@@ -960,15 +961,6 @@ DIRECT_REFRESH = 100
 RECENTRE_AT = (50, 200)
 
 
-def _is_zero(rho) -> bool:
-    """Whether ``rho`` is the number 0 (not a bool, a string or an array)."""
-    return (
-        not isinstance(rho, (bool, np.bool_, str))
-        and isinstance(rho, (int, float, np.integer, np.floating))
-        and rho == 0
-    )
-
-
 def _check_direct(detected, backend, split, exact, shift) -> None:
     """``ValueError`` for what ``rho=0`` (no split, shift moves on the posterior) cannot run."""
     alternative = "Use rho='auto' (the split model), which samples this model."
@@ -991,7 +983,7 @@ def _check_direct(detected, backend, split, exact, shift) -> None:
         )
     for term in detected.problem.split_terms:
         fam = term.family
-        if fam.piecewise_linear or not fam.log_concave:
+        if not laplace_applies(fam):
             raise ValueError(
                 f"rho=0 proposes from the Laplace approximation of the posterior, which needs "
                 f"smooth log-concave likelihoods; the term {term.name!r} is {fam!r}. {alternative}"

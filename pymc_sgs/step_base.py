@@ -393,6 +393,16 @@ def _validate_sweep_every(sweep_every, without_shift: str | None):
     return int(sweep_every)
 
 
+def is_zero_rho(rho) -> bool:
+    """Whether ``rho`` is the number 0, which asks for no split (not a bool, a string or an
+    array)."""
+    return (
+        not isinstance(rho, (bool, np.bool_, str))
+        and isinstance(rho, (int, float, np.integer, np.floating))
+        and rho == 0
+    )
+
+
 def _validate_scalar_rho(rho, where: str) -> bool:
     """``rho="auto"`` (returns True) or one positive number (False), for steps with one rho."""
     if isinstance(rho, str) and rho == "auto":
@@ -401,11 +411,7 @@ def _validate_scalar_rho(rho, where: str) -> bool:
         raise ValueError(
             f"rho must be 'auto' or a scalar {where}; received an array of shape {np.shape(rho)}."
         )
-    if (
-        not isinstance(rho, (bool, np.bool_))
-        and isinstance(rho, (int, float, np.number))
-        and rho == 0
-    ):
+    if is_zero_rho(rho):
         raise ValueError(
             f"rho=0 (no split) applies to GLMs without group-specific terms and without a "
             f"Categorical likelihood; received rho=0 {where}. Use rho='auto' (the default) or "
