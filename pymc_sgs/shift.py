@@ -39,6 +39,8 @@ References
 .. [3] S. L. Cotter, G. O. Roberts, A. M. Stuart, D. White (2013). MCMC methods for
    functions: modifying old algorithms to make them faster. Statistical Science 28(3),
    424–446 (the preconditioned Crank–Nicolson proposal).
+.. [5] T. Hesterberg (1995). Weighted average importance sampling and defensive mixture
+   distributions. Technometrics 37(2), 185–194.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+import scipy.special
 
 from .conditionals import triangular_solve
 from .rows import MoveDropped
@@ -205,6 +208,17 @@ class ShiftMove:
         in d dimensions the mode-to-mean distances add up, most on ill-conditioned designs
         (the acceptance with and without it on ``benchmarks/compare.py``'s data:
         ``docs/how_it_works.rst``).
+    tail_weight : float
+        In ``[0, 1)``: in the independence regime (``beta = 0``) the proposal is the
+        defensive mixture ``(1 - w) N(centre, H^-1) + w t_nu(centre, H^-1)`` (Hesterberg 1995), whose
+        Student-t component covers the heavier tail of a skewed posterior (few events,
+        collinear designs), where a chain with the Gaussian alone sticks for long runs (its
+        importance weight ``pi / q`` is unbounded there). 0 (default): the Gaussian alone.
+        The regime's acceptance that decides over-relaxation (:meth:`tune`) counts only the
+        Gaussian component's proposals, so a posterior close to its Laplace approximation is
+        sampled as without the mixture once over-relaxed.
+    tail_df : float
+        Degrees of freedom ``nu`` of that Student-t component.
     """
 
     kernel: object
@@ -215,11 +229,19 @@ class ShiftMove:
     relaxation: float = 0.0
     recenter: bool = True
     mean_correction: bool = True
+    tail_weight: float = 0.0
+    tail_df: float = 5.0
     #: acceptance probabilities of the current tuning window
     _window: list = None
 
     def __post_init__(self):
+        if not 0.0 <= self.tail_weight < 1.0 or not self.tail_df > 0.0:
+            raise ValueError(
+                "tail_weight must be in [0, 1) and tail_df positive; received "
+                f"tail_weight={self.tail_weight!r}, tail_df={self.tail_df!r}."
+            )
         self._window = []
+        self._gauss_window = []
         #: whether moves are recorded for :meth:`tune` (off after tuning: see :meth:`freeze`)
         self.tuning = True
         #: mean acceptance of the last completed tuning window (None before the first)
@@ -320,6 +342,22 @@ class ShiftMove:
         u = self.chol.T @ (theta - centre)
         return -0.5 * float(u @ u)
 
+    def _log_mixture(self, theta, centre):
+        """Log density of the defensive mixture (``tail_weight``) up to ``log |L|``, which the
+        two components share."""
+        u = self.chol.T @ (theta - centre)
+        q = float(u @ u)
+        d, nu = len(u), self.tail_df
+        log_n = -0.5 * d * np.log(2 * np.pi) - 0.5 * q
+        log_t = (
+            scipy.special.gammaln(0.5 * (nu + d))
+            - scipy.special.gammaln(0.5 * nu)
+            - 0.5 * d * np.log(nu * np.pi)
+            - 0.5 * (nu + d) * np.log1p(q / nu)
+        )
+        w = self.tail_weight
+        return float(np.logaddexp(np.log1p(-w) + log_n, np.log(w) + log_t))
+
     def _split_change(self, z, delta):
         """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]``, ``z + A delta`` and ``A delta``
         (the last two None where the rows keep them)."""
@@ -337,7 +375,8 @@ class ShiftMove:
     def step(self, state, rng: np.random.Generator):
         """One move from ``state`` (an :class:`~pymc_sgs.kernel.SGSState`).
 
-        Returns ``(state, accept_prob)``. Uses ``d + 1`` random numbers. On acceptance the
+        Returns ``(state, accept_prob)``. Uses ``d + 1`` random numbers (with ``tail_weight``
+        in the independence regime one more, and a chi-square for a t draw). On acceptance the
         state's log weight is dropped (it depends on theta), ``A^T z`` is updated by
         ``A^T A delta / rho^2`` and the cached modes are shifted with z, as warm starts.
 
@@ -359,21 +398,27 @@ class ShiftMove:
         theta = state.theta
         centre = self.centre(state)
         eps = rng.standard_normal(theta.shape[0])
+        mix = self.tail_weight > 0.0 and self.beta == 0.0
+        heavy = mix and rng.random() < self.tail_weight
+        if heavy:
+            # a multivariate t is a Gaussian whose precision is scaled by chi2_nu / nu
+            eps = eps * np.sqrt(self.tail_df / rng.chisquare(self.tail_df))
         noise = triangular_solve(self._chol_f, eps, trans=True)
         prop = centre + self.beta * (theta - centre) + np.sqrt(1.0 - self.beta**2) * noise
         delta = prop - theta
         change, z_prop, a_delta = self._split_change(state.z, delta)
-        log_ratio = (
-            self._log_unsplit(prop)
-            - self._log_unsplit(theta)
-            - change
-            - (self._log_reference(prop, centre) - self._log_reference(theta, centre))
-        )
+        if mix:
+            ref = self._log_mixture(prop, centre) - self._log_mixture(theta, centre)
+        else:
+            ref = self._log_reference(prop, centre) - self._log_reference(theta, centre)
+        log_ratio = self._log_unsplit(prop) - self._log_unsplit(theta) - change - ref
         accept_prob = float(np.exp(min(0.0, log_ratio))) if not np.isnan(log_ratio) else 0.0
         if rng.random() < accept_prob:
             state = self._accepted(state, prop, delta, z_prop, a_delta)
         if self.tuning:
             self._window.append(accept_prob)
+            if not heavy:
+                self._gauss_window.append(accept_prob)
         return state, accept_prob
 
     def run(self, state, rng: np.random.Generator):
@@ -392,6 +437,7 @@ class ShiftMove:
         """End of tuning: keep ``beta`` and the number of moves, record no more acceptances."""
         self.tuning = False
         self._window = []
+        self._gauss_window = []
         self._regime_accept = []
 
     def tune(self) -> None:
@@ -417,8 +463,9 @@ class ShiftMove:
             return
         acc = float(np.mean(self._window))
         self.window_accept = acc
-        self._regime_accept.extend(self._window)
+        self._regime_accept.extend(self._gauss_window)
         self._window = []
+        self._gauss_window = []
         regime_acc = float(np.mean(self._regime_accept))
         relaxed = self.beta < 0.0
         may_relax = self.relaxation > 0.0 and (self._adapt_moves or self.moves == 1)

@@ -594,6 +594,10 @@ class SplitGibbs(BaseSplitGibbs):
             moves=self.shift_moves,
             relaxation=self.shift_relaxation,
             recenter=recenter,
+            # rho=0 proposes for the posterior itself, whose skewed tail a Gaussian alone
+            # leaves under-covered (benchmarks/results/laplace_hard.md)
+            tail_weight=DIRECT_TAIL_WEIGHT if self.direct else 0.0,
+            tail_df=DIRECT_TAIL_DF,
         )
         if not self.tune:
             move.freeze()
@@ -956,6 +960,10 @@ def _check_shards_model(detected, owned, backend, theta_solver, dtype):
 
 #: rho=0 recomputes z = A theta + o every this many draws
 DIRECT_REFRESH = 100
+#: rho=0's shift move: weight and degrees of freedom of the Student-t component of its
+#: independence proposal (ShiftMove.tail_weight); a common defensive choice, not tuned per case
+DIRECT_TAIL_WEIGHT = 0.3
+DIRECT_TAIL_DF = 5.0
 #: tuning iterations at which the shift move's proposal moves to the Laplace approximation at
 #: the current hyperparameters (SplitGibbs._recentre_shift_move)
 RECENTRE_AT = (50, 200)

@@ -183,3 +183,63 @@ def test_rho0_is_refused_for_mixed_and_categorical_models():
     for model, where in ((mixed, "mixed model"), (categorical, "Categorical")):
         with pytest.raises(ValueError, match=rf"rho=0 \(no split\) applies to .*for a.*{where}"):
             pymc_sgs.SplitGibbs(rho=0, model=model)
+
+
+def _rare_events(n=120, seed=5):
+    """Logistic regression with about 6 events in 120 rows: a skewed posterior whose lower
+    tail (intercept) a Gaussian proposal under-covers."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    X = np.column_stack([np.ones(n), x])
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-(X @ np.array([-3.2, 0.8])))))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 5, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
+    return model, X, y
+
+
+def _grid_moments(X, y, prior_sd=5.0, size=500):
+    """Posterior mean and sd of the two coefficients by quadrature on a grid (exact to the
+    grid's resolution, far below the Monte Carlo error)."""
+    b0 = np.linspace(-12.0, 1.0, size)
+    b1 = np.linspace(-3.0, 4.0, size)
+    B0, B1 = np.meshgrid(b0, b1, indexing="ij")
+    eta = B0[..., None] * X[:, 0] + B1[..., None] * X[:, 1]
+    logp = (y * eta - np.logaddexp(0.0, eta)).sum(-1) - (B0**2 + B1**2) / (2 * prior_sd**2)
+    p = np.exp(logp - logp.max())
+    p /= p.sum()
+    # the grid holds the whole posterior: its edges carry no mass
+    assert max(p[0].sum(), p[-1].sum(), p[:, 0].sum(), p[:, -1].sum()) < 1e-8
+    mean = np.array([(p * B0).sum(), (p * B1).sum()])
+    sd = np.sqrt([(p * (B0 - mean[0]) ** 2).sum(), (p * (B1 - mean[1]) ** 2).sum()])
+    return mean, sd
+
+
+def test_rho0_on_a_rare_event_posterior_is_exact_and_covers_the_tail(monkeypatch):
+    """Few events (a skewed posterior, the Laplace proposal's hard case): means and sds within
+    4 Monte Carlo errors of the quadrature answer. The Student-t component of the proposal
+    (step.DIRECT_TAIL_WEIGHT) is what lets the chain leave the lower tail: without it the tail
+    ESS falls (measured 3719 -> 2104 on this seed; asserted: lower by at least a quarter), and
+    the same moments check against the Laplace approximation's mode fails (negative
+    control)."""
+    from pymc_sgs import step as step_module
+
+    model, X, y = _rare_events()
+    assert 3 <= y.sum() <= 10
+    mean, sd = _grid_moments(X, y)
+    idata = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=3000, tune=1000)
+    b = idata.posterior["b"].values
+    se_mean = np.array([float(np.ravel(az.mcse(b[..., j], method="mean"))[0]) for j in (0, 1)])
+    se_sd = np.array([float(np.ravel(az.mcse(b[..., j], method="sd"))[0]) for j in (0, 1)])
+    z_mean = (b.mean(axis=(0, 1)) - mean) / se_mean
+    z_sd = (b.std(axis=(0, 1), ddof=1) - sd) / se_sd
+    assert np.max(np.abs(z_mean)) < 4.0, z_mean
+    assert np.max(np.abs(z_sd)) < 4.0, z_sd
+    with model:
+        mode = pm.find_MAP(progressbar=False)["b"]
+    assert np.max(np.abs((mode - mean) / se_mean)) > 4.0
+    tail = float(az.ess(idata.posterior["b"], method="tail").to_array().min())
+    monkeypatch.setattr(step_module, "DIRECT_TAIL_WEIGHT", 0.0)
+    gaussian = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=3000, tune=1000)
+    tail_gauss = float(az.ess(gaussian.posterior["b"], method="tail").to_array().min())
+    assert tail_gauss < 0.75 * tail, (tail, tail_gauss)

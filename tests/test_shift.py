@@ -56,7 +56,15 @@ class _MovingCentreShift(ShiftMove):
         return self.mean - np.linalg.solve(self.chol @ self.chol.T, g)
 
 
-def _chain(move_class, n_iter=12000, seed=1, beta=0.3, offset=None):
+class _GaussianRatioMixture(ShiftMove):
+    """Broken on purpose: proposes from the defensive mixture but corrects with the Gaussian
+    component's density alone."""
+
+    def _log_mixture(self, theta, centre):
+        return self._log_reference(theta, centre)
+
+
+def _chain(move_class, n_iter=12000, seed=1, beta=0.3, offset=None, **move_kw):
     """Alternate the exact z | theta draw with the shift move only (no theta | z step), so the
     theta-marginal is right only if the shift move leaves Pi_rho invariant."""
     prob, X, y = _gaussian_split_problem()
@@ -65,7 +73,7 @@ def _chain(move_class, n_iter=12000, seed=1, beta=0.3, offset=None):
     start = laplace_start(kernel, np.zeros(2), rng)
     # the reference Gaussian is the Laplace approximation of pi (noise sigma^2), not of the
     # chain's target pi_rho (noise sigma^2 + rho^2): the MH ratio has to correct for it
-    move = move_class(kernel, start.mode, start.chol, beta=beta)
+    move = move_class(kernel, start.mode, start.chol, beta=beta, **move_kw)
     if offset is not None:
         move._mean_offset = offset
     thetas, accs = _alternate(kernel, move, kernel.init(start.theta, rng), rng, n_iter)
@@ -120,6 +128,47 @@ def test_over_relaxed_shift_move_leaves_the_split_model_invariant():
     bad, _, _, _ = _chain(_NoReferenceShift, beta=-0.5)
     z_bad, _ = _z_scores(bad, mean, cov)
     assert np.any(np.abs(z_bad) > 4.5), z_bad
+
+
+def test_defensive_mixture_shift_move_leaves_the_split_model_invariant():
+    # tail_weight (rho=0's proposal): an independence proposal from the Gaussian/Student-t
+    # mixture, corrected with the mixture's density, keeps Pi_rho invariant; corrected with the
+    # Gaussian's alone it does not (negative control)
+    kw = dict(beta=0.0, tail_weight=0.3, tail_df=3.0)
+    draws, acc, X, y = _chain(ShiftMove, **kw)
+    assert 0.2 < acc < 1.0
+    mean, cov = _closed_form(X, y, SIGMA**2 + RHO**2)
+    z, ess = _z_scores(draws, mean, cov)
+    assert np.all(ess > 1000), ess
+    assert np.all(np.abs(z) < 4.5), z
+    bad, _, _, _ = _chain(_GaussianRatioMixture, **kw)
+    z_bad, _ = _z_scores(bad, mean, cov)
+    assert np.any(np.abs(z_bad) > 4.5), z_bad
+
+
+def test_defensive_mixture_density_is_the_gaussian_t_mixture():
+    """``_log_mixture`` differences equal scipy's mixture of N(c, H^-1) and t_nu(c, H^-1)."""
+    from scipy import stats
+
+    prob, _, _ = _gaussian_split_problem()
+    kernel = SplitGibbsKernel(prob, rho=RHO)
+    start = laplace_start(kernel, np.zeros(2), np.random.default_rng(0))
+    move = ShiftMove(kernel, start.mode, start.chol, tail_weight=0.25, tail_df=4.0)
+    cov = np.linalg.inv(start.chol @ start.chol.T)
+    centre = start.mode + np.array([0.1, -0.2])
+
+    def scipy_log_mix(x):
+        return np.logaddexp(
+            np.log(0.75) + stats.multivariate_normal(centre, cov).logpdf(x),
+            np.log(0.25) + stats.multivariate_t(centre, cov, df=4.0).logpdf(x),
+        )
+
+    points = centre + np.array([[0.0, 0.0], [0.3, -0.1], [2.0, 1.5], [-8.0, 5.0]])
+    ours = np.array([move._log_mixture(x, centre) for x in points])
+    theirs = np.array([scipy_log_mix(x) for x in points])
+    np.testing.assert_allclose(ours - ours[0], theirs - theirs[0], rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="tail_weight must be in"):
+        ShiftMove(kernel, start.mode, start.chol, tail_weight=1.0)
 
 
 def test_broken_shift_move_is_detected():
@@ -309,7 +358,9 @@ def _tuned(move, accepts):
     """Feed ``move.tune`` one window per acceptance; return (beta, moves) after each."""
     out = []
     for a in accepts:
+        # every move from the Gaussian component (no tail_weight)
         move._window = [a] * move.WINDOW
+        move._gauss_window = list(move._window)
         move.tune()
         out.append((move.beta, move.moves))
     return out

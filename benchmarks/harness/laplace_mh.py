@@ -189,6 +189,7 @@ def _make_state_class():
         beta: float
         window_accept: float = None
         _window: list = field(default_factory=list)
+        _gauss_window: list = field(default_factory=list)
         _regime_accept: list = field(default_factory=list)
         _last: tuple = None
 
@@ -248,6 +249,8 @@ class LaplaceMH(_step_base()):
         self.moves, self._adapt_moves, self.WINDOW = 1, False, WINDOW
         self.window_accept = None
         self._window = []
+        # its proposal is the Gaussian alone: every move counts for the regime
+        self._gauss_window = []
         self._regime_accept = []
         self._last = None
         self._chol_f = np.asfortranarray(self.laplace.chol)
@@ -300,4 +303,5 @@ class LaplaceMH(_step_base()):
         from pymc_sgs.shift import ShiftMove
 
         self._window.append(accept)
+        self._gauss_window.append(accept)
         ShiftMove.tune(self)
