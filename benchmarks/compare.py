@@ -4,9 +4,12 @@ Every sampler runs on the same data, with the same number of chains, tuning
 iterations and draws, each in a fresh ``spawn``-ed worker process (so peak
 memory is per sampler), cores = chains:
 
-* ``SGS``          ``pm.sample(step=pymc_sgs.SplitGibbs())`` (rho="auto", bias_tol=0.1);
+* ``SGS``          ``pm.sample(step=pymc_sgs.SplitGibbs())``: the default rho="auto", which on
+                   these GLMs is rho=0 (no split) since issue 23's change of default;
 * ``SGS-rho0``     ``pm.sample(step=pymc_sgs.SplitGibbs(rho=0))``: no split, the shift move on
                    the posterior itself (exact);
+* ``SGS-tuned``    ``pm.sample(step=pymc_sgs.SplitGibbs(rho="tuned"))``: the split model with
+                   rho certified for bias_tol=0.1 (the default before that change);
 * ``NUTS``         ``pm.sample()`` (PyMC's NUTS on the PyTensor C backend; the header
                    records whether PyTensor is linked to a BLAS);
 * ``nutpie``       ``pm.sample(nuts_sampler="nutpie")`` (numba backend, diagonal mass matrix);

@@ -52,12 +52,6 @@ def _log_weights(idata) -> np.ndarray:
         )
     if np.all(np.isnan(lw)):
         raise ValueError("idata.sample_stats['log_weight'] is all NaN (log_weights=False?).")
-    rho = [v for v in stats.data_vars if v == "rho" or v.endswith("__rho")]
-    if rho and np.all(stats[rho[0]].values == 0):
-        raise ValueError(
-            "these draws come from SplitGibbs(rho=0), which samples the posterior itself (no "
-            "split, no rho-bias): there is nothing to reweight. Use az.summary."
-        )
     return lw
 
 
@@ -124,6 +118,11 @@ def _psis(idata):
             "the number of draws."
         )
     n_chains, n_total = lw_all.shape[0], int(have.sum())
+    if np.all(lw_all[have] == lw_all[have][0]):
+        # no split (SplitGibbs(rho=0), or rho="auto" where it skips the split): the draws
+        # target the posterior itself, every weight is equal and there is no tail to fit
+        out = np.where(have, 1.0 / n_total, 0.0)
+        return out.reshape(-1), float("-inf"), n_total, have
     # each chain may have its own rho (rho="auto" tunes per chain), hence its own
     # normalising constant: normalise per chain, so that every chain counts equally (all
     # chains have the same number of draws)
@@ -176,7 +175,9 @@ def psis_summary(
         tuning) those are the swept draws, so compare ``mcse_mean`` with
         ``az.summary``'s ``mcse_mean`` before preferring the corrected mean. Attributes
         ``attrs["khat"]`` and ``attrs["weight_ess"]`` (Kish ESS of the weights
-        as a fraction of the weighted draws).
+        as a fraction of the weighted draws). Draws of a run without a split
+        (``rho=0``, or ``rho="auto"`` where it chose no split) have equal weights:
+        the corrected columns equal the uncorrected ones, ``khat`` is ``-inf``.
     """
     w, khat, n_weighted, have = _psis(idata)
     post = idata.posterior

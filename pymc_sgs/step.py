@@ -31,6 +31,7 @@ from .shards import ShardKernel, validate_n_shards
 from .shift import ShiftMove, validate_shift, validate_shift_moves, validate_shift_relaxation
 from .start import laplace_applies, laplace_start, validate_init
 from .step_base import (  # noqa: F401 - SamplerFeedbackWarning and AUTO_RHO_START re-exported
+    AUTO_RHO_CHOICES,
     AUTO_RHO_START,
     BaseSplitGibbs,
     SamplerFeedbackWarning,
@@ -91,28 +92,34 @@ class SplitGibbs(BaseSplitGibbs):
         Coefficient variables to own. Default: every free variable of the
         linear predictor(s), plus the free nuisance parameters of split
         likelihoods (which must be included when ``vars`` is given).
-    rho : "auto", float or array
+    rho : "auto", "tuned", float or array
         Coupling between ``z`` and the linear predictor (same units as the
-        linear predictor); scalar or one value per observation. The chain
-        targets ``pi_rho``, whose bias vanishes as ``rho -> 0`` and whose
-        mixing slows down as rho shrinks. ``"auto"`` (default): 0.9 times the
-        largest rho whose importance weights certify ``bias_tol`` under the
-        Laplace approximation of the posterior (:func:`pymc_sgs.rho.pilot_rho`),
-        a deterministic function of the data computed once, so every chain
+        linear predictor); scalar or one value per observation. The split
+        chain targets ``pi_rho``, whose bias vanishes as ``rho -> 0`` and whose
+        mixing slows down as rho shrinks. ``0``: no split; theta moves by the
+        shift move alone, which then targets the posterior itself (a
+        Metropolis–Hastings chain with the mean-corrected Laplace proposal,
+        mixed with a Student-t for the tails, over-relaxed where it is accepted
+        often; no z-sweeps, no bias, importance weights all 1). It needs smooth
+        log-concave likelihoods, the Cholesky theta-step and the default
+        in-process back end. ``"auto"`` (default): ``0`` wherever it can run
+        (and ``exact=False``, ``shift=True``, at least one split term);
+        elsewhere as ``"tuned"``. The choice reads the model and the options
+        only, so every chain of a run makes the same one; ``repr`` shows it.
+        ``"tuned"``: always the split model, with 0.9 times the largest rho
+        whose importance weights certify ``bias_tol`` under the Laplace
+        approximation of the posterior (:func:`pymc_sgs.rho.pilot_rho`), a
+        deterministic function of the data computed once, so every chain
         targets the same ``pi_rho``; the tuning draws check the certificate
         and warn when it fails. Where that approximation is unavailable (kinked
         or non-log-concave likelihoods, ``theta_solver="cg"``) each chain adapts
         rho over windows of tuning draws from 0.5 (:class:`pymc_sgs.rho.RhoTuner`).
-        Bounded by ten natural scales of the linear predictor. The chosen rho is
-        the ``rho`` sampler stat. ``0``: no split; theta moves by the shift move
-        alone, which then targets the posterior itself (a Metropolis–Hastings
-        chain with the mean-corrected Laplace proposal, over-relaxed where it is
-        accepted often; no z-sweeps, no bias, importance weights all 1). Fastest
-        where the Laplace proposal is accepted often (near-Gaussian posteriors;
-        ``benchmarks/results/``); needs smooth log-concave likelihoods, the
-        Cholesky theta-step and the default in-process back end.
+        Bounded by ten natural scales of the linear predictor. The rho in use
+        is the ``rho`` sampler stat (0 without a split). The split model's
+        options (``alpha``, ``sweep_every``, ``log_weights``, ``bias_tol``)
+        have no effect without a split.
     bias_tol : float
-        For ``rho="auto"``: target bound, in posterior standard deviations, on
+        For ``rho="tuned"`` (and ``"auto"`` where it splits): target bound, in posterior standard deviations, on
         the bias of any posterior expectation (``sd(w / E w) <= bias_tol``).
     alpha : float
         Over-relaxation of both Gibbs blocks, in ``(-1, 1)``. ``0`` gives plain
@@ -291,14 +298,18 @@ class SplitGibbs(BaseSplitGibbs):
                 f"rho must be 'auto' or a scalar with {backend.describe()} (the rows live on "
                 f"the shards); received an array of shape {np.shape(rho)}."
             )
-        self.auto_rho = isinstance(rho, str) and rho == "auto"
-        #: rho=0: no split, the shift move samples the posterior itself (_direct_step)
+        #: rho="auto" or "tuned": the split model's rho comes from bias_tol
+        self.auto_rho = isinstance(rho, str) and rho in AUTO_RHO_CHOICES
+        #: rho=0: no split, the shift move samples the posterior itself (_direct_step);
+        #: rho="auto" sets it below where the model allows
         self.direct = is_zero_rho(rho)
+        #: rho="auto" chose no split
+        self.auto_direct = False
         if not self.auto_rho and not self.direct:
             if isinstance(rho, str) or rho is None:
                 raise ValueError(
-                    "rho must be 'auto', a positive coupling such as rho=0.2 (in units of "
-                    f"the linear predictor) or 0 (no split); received {rho!r}."
+                    "rho must be 'auto', 'tuned', a positive coupling such as rho=0.2 (in "
+                    f"units of the linear predictor) or 0 (no split); received {rho!r}."
                 )
             validate_rho(rho, np.size(rho))
         validate_alpha(alpha)
@@ -352,7 +363,9 @@ class SplitGibbs(BaseSplitGibbs):
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
         if self.direct:
-            _check_direct(self.detected, backend, split, exact, self.shift)
+            obstacle = _direct_obstacle(self.detected, backend, split, exact, self.shift)
+            if obstacle is not None:
+                raise ValueError(obstacle)
         # rho=0 never sweeps: its kernel holds the rows, the prior and the Gaussian terms, and
         # a coupling that is never used
         start_rho = AUTO_RHO_START if self.auto_rho else 1.0 if self.direct else rho
@@ -376,6 +389,19 @@ class SplitGibbs(BaseSplitGibbs):
                 theta_solver=theta_solver,
                 dtype=dtype,
             )
+        if (
+            isinstance(rho, str)
+            and rho == "auto"
+            and self.detected.problem.n_split
+            and self.kernel.theta_solver == "cholesky"
+            and _direct_obstacle(self.detected, backend, split, exact, self.shift) is None
+        ):
+            # the shift move alone samples the posterior exactly here: no split, no rho-bias
+            # (a choice from the model and the options only, the same for every chain)
+            self.direct = self.auto_direct = True
+            self.auto_rho = False
+            # the kernel of an explicit rho=0, so that both give the same draws
+            self.kernel.set_rho(1.0)
         if self.direct and self.kernel.theta_solver != "cholesky":
             raise ValueError(
                 "rho=0 proposes from the d x d Laplace approximation of the posterior; here "
@@ -454,7 +480,7 @@ class SplitGibbs(BaseSplitGibbs):
 
     def _rho_repr(self) -> str:
         if self.direct:
-            return "0 (no split)"
+            return "0 (auto: no split)" if self.auto_direct else "0 (no split)"
         if self.auto_rho and self._auto_rho_value is None:
             return "'auto'"
         rho = np.asarray(self.kernel.rho)
@@ -969,33 +995,37 @@ DIRECT_TAIL_DF = 5.0
 RECENTRE_AT = (50, 200)
 
 
-def _check_direct(detected, backend, split, exact, shift) -> None:
-    """``ValueError`` for what ``rho=0`` (no split, shift moves on the posterior) cannot run."""
+def _direct_obstacle(detected, backend, split, exact, shift) -> str | None:
+    """Why ``rho=0`` (no split, shift moves on the posterior) cannot run here, or None.
+
+    The message of its ``ValueError``; ``rho="auto"`` keeps the split model wherever there is
+    one (besides the matrix-free theta-step, which the kernel decides)."""
     alternative = "Use rho='auto' (the split model), which samples this model."
     if split == "shards":
-        raise ValueError("rho=0 leaves nothing to split; BlockSplitGibbs needs a positive rho.")
+        return "rho=0 leaves nothing to split; BlockSplitGibbs needs a positive rho."
     if exact:
-        raise ValueError(
+        return (
             "exact=True corrects the split model's bias; rho=0 samples the posterior itself and "
             "has none. Use rho=0 with exact=False, or exact=True with rho='auto'."
         )
     if not shift:
-        raise ValueError(
+        return (
             "rho=0 moves the coefficients by the shift move alone; shift=False would leave "
             "them fixed. Use shift=True (the default) or rho='auto'."
         )
     if not (isinstance(backend, LocalBackend) and backend.n_shards is None):
-        raise ValueError(
+        return (
             f"rho=0 runs in one process; received backend={backend.describe()}. Use the default "
             f"LocalBackend(). {alternative}"
         )
     for term in detected.problem.split_terms:
         fam = term.family
         if not laplace_applies(fam):
-            raise ValueError(
+            return (
                 f"rho=0 proposes from the Laplace approximation of the posterior, which needs "
                 f"smooth log-concave likelihoods; the term {term.name!r} is {fam!r}. {alternative}"
             )
+    return None
 
 
 def _check_split_args(split, n_shards, rho, alpha, exact):

@@ -26,6 +26,9 @@ from .validate import check_count
 
 __all__ = ["BaseSplitGibbs", "SamplerFeedbackWarning", "AUTO_RHO_START"]
 
+#: the rho options whose rho comes from bias_tol: "auto" (the default; on a GLM it skips the
+#: split where the Laplace approximation applies) and "tuned" (the split model always)
+AUTO_RHO_CHOICES = ("auto", "tuned")
 #: starting value of rho="auto" (in linear-predictor units) where the Laplace approximation
 #: is unavailable and the windowed tuner adapts rho on each chain
 AUTO_RHO_START = 0.5
@@ -403,10 +406,19 @@ def is_zero_rho(rho) -> bool:
     )
 
 
-def _validate_scalar_rho(rho, where: str) -> bool:
-    """``rho="auto"`` (returns True) or one positive number (False), for steps with one rho."""
+def _validate_scalar_rho(rho, where: str, tuned: bool = True) -> bool:
+    """``rho="auto"`` (returns True; also ``"tuned"`` where ``tuned``, the same here) or one
+    positive number (False), for steps with one rho."""
     if isinstance(rho, str) and rho == "auto":
         return True
+    if isinstance(rho, str) and rho == "tuned":
+        if tuned:
+            return True
+        raise ValueError(
+            f"rho='tuned' (the split model with rho tuned to bias_tol) applies to GLMs without "
+            f"group-specific terms and to Categorical likelihoods; received it {where}. Use "
+            "rho='auto' (the default) or a positive rho."
+        )
     if np.ndim(rho) != 0:
         raise ValueError(
             f"rho must be 'auto' or a scalar {where}; received an array of shape {np.shape(rho)}."

@@ -189,7 +189,7 @@ def test_thinned_weights_same_draws_and_same_correction():
             pm.Bernoulli("y", logit_p=X @ b, observed=y)
             # every draw swept, so that the thinning is log_weights' alone
             runs[lw] = pm.sample(
-                step=pymc_sgs.SplitGibbs(log_weights=lw, sweep_every=1),
+                step=pymc_sgs.SplitGibbs(rho="tuned", log_weights=lw, sweep_every=1),
                 draws=300,
                 tune=300,
                 chains=2,

@@ -108,14 +108,40 @@ def _logistic(n=400, d=3, seed=0):
     return model
 
 
-def test_rho0_same_draws_for_any_cores_and_no_psis():
+def test_rho0_same_draws_for_any_cores_and_equal_weights():
     model = _logistic()
     one = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=100, tune=100, cores=1)
     two = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=100, tune=100, cores=2)
     np.testing.assert_array_equal(one.posterior["b"].values, two.posterior["b"].values)
     assert "rho=0 (no split)" in repr(pymc_sgs.SplitGibbs(rho=0, model=model))
-    with pytest.raises(ValueError, match=r"rho=0.*nothing to reweight"):
-        pymc_sgs.psis_summary(one)
+    # nothing to reweight: psis_summary's corrected columns are the plain ones
+    table = pymc_sgs.psis_summary(one)
+    plain = az.summary(one, var_names=["b"])
+    np.testing.assert_allclose(table["mean"], table["mean_rho"], rtol=1e-12)
+    np.testing.assert_allclose(table["mean"], plain["mean"], atol=1e-3)
+    assert table.attrs["khat"] == -np.inf and table.attrs["weight_ess"] == pytest.approx(1.0)
+    np.testing.assert_allclose(table["mcse_mean"], plain["mcse_mean"], rtol=0.05, atol=1e-3)
+
+
+def test_auto_rho_skips_the_split_where_rho0_applies():
+    """The default rho="auto" on a flat GLM with a smooth log-concave likelihood is rho=0:
+    the same draws; where rho=0 cannot run it keeps the split model (certified rho), as does
+    rho="tuned" everywhere."""
+    model = _logistic()
+    zero = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=100, tune=100)
+    step = pymc_sgs.SplitGibbs(model=model)
+    assert step.direct and "rho=0 (auto: no split)" in repr(step)
+    auto = _sample(model, step, draws=100, tune=100)
+    np.testing.assert_array_equal(zero.posterior["b"].values, auto.posterior["b"].values)
+    tuned = _sample(model, pymc_sgs.SplitGibbs(rho="tuned", model=model), draws=100, tune=100)
+    assert np.all(tuned.sample_stats["rho"].values > 0)
+    cg = pymc_sgs.LocalBackend(theta_solver="cg")
+    for kwargs in (dict(exact=True), dict(shift=False), dict(backend=cg)):
+        step = pymc_sgs.SplitGibbs(model=model, **kwargs)
+        assert not step.direct and step.auto_rho, kwargs
+    for likelihood in ("student_t", "quantile"):
+        m = _model_with(likelihood)
+        assert not pymc_sgs.SplitGibbs(model=m).direct
 
 
 def _model_with(likelihood):

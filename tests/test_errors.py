@@ -407,8 +407,8 @@ def test_binomial_successes_above_trials(data):
         (-0.5, r"rho must be positive and finite; received"),
         (np.nan, r"rho must be positive and finite; received"),
         (np.inf, r"rho must be positive and finite; received"),
-        ("abc", r"rho must be 'auto', a positive coupling .*received 'abc'"),
-        (None, r"rho must be 'auto', a positive coupling .*received None"),
+        ("abc", r"rho must be 'auto', 'tuned', a positive coupling .*received 'abc'"),
+        (None, r"rho must be 'auto', 'tuned', a positive coupling .*received None"),
         (np.array([0.2, 0.0] * 12 + [0.2]), r"rho must be positive and finite"),
         (np.ones((2, 2)), r"rho must be a scalar or a 1-D array"),
     ],
@@ -427,8 +427,11 @@ def test_rho_defaults_to_auto(data):
         b = pm.Normal("beta", 0.0, 1.0, shape=D)
         pm.Bernoulli("y", logit_p=X @ b, observed=y)
         step = SplitGibbs()
-    # rho is set at the first chain's start (from the Laplace approximation), not yet
-    assert step.auto_rho and step._auto_rho_value is None
+        tuned = SplitGibbs(rho="tuned")
+    # a logistic regression: no split (rho=0) by default
+    assert step.direct and step.auto_direct and not step.auto_rho
+    # rho="tuned" is set at the first chain's start (from the Laplace approximation), not yet
+    assert tuned.auto_rho and tuned._auto_rho_value is None and not tuned.direct
 
 
 def test_rho_array_wrong_length(data):

@@ -184,7 +184,7 @@ def _run_tiny(step_kwargs, tune, draws):
 
 def test_feedback_warns_on_short_auto_rho_tuning():
     with pytest.warns(pymc_sgs.SamplerFeedbackWarning, match="tune"):
-        _run_tiny(dict(), tune=30, draws=10)
+        _run_tiny(dict(rho="tuned"), tune=30, draws=10)
 
 
 def test_feedback_warns_on_hopeless_exact_mode():
@@ -197,4 +197,4 @@ def test_no_feedback_warning_when_healthy():
     # negative control for the two tests above
     with warnings.catch_warnings():
         warnings.simplefilter("error", pymc_sgs.SamplerFeedbackWarning)
-        _run_tiny(dict(), tune=600, draws=210)
+        _run_tiny(dict(rho="tuned"), tune=600, draws=210)

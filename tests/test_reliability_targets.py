@@ -50,8 +50,8 @@ def test_reused_step_tunes_again_in_worker_processes():
     """A step reused for a parallel run must tune again (it sampled with rho=0.5 untuned)."""
     model = _logistic()
     with model:
-        step = pymc_sgs.SplitGibbs()
-        fresh = pymc_sgs.SplitGibbs()
+        step = pymc_sgs.SplitGibbs(rho="tuned")
+        fresh = pymc_sgs.SplitGibbs(rho="tuned")
     _sample(model, step, draws=50, tune=200, chains=1, cores=1, random_seed=1)
     again = _sample(model, step, draws=200, tune=200, chains=2, cores=2, random_seed=2)
     ref = _sample(model, fresh, draws=200, tune=200, chains=2, cores=2, random_seed=2)
@@ -68,7 +68,9 @@ def test_reused_step_tunes_again_in_worker_processes():
 def test_tune_zero_uses_the_laplace_rho_and_says_so():
     model = _logistic(n=6000)
     with model:
-        tuned = _sample(model, pymc_sgs.SplitGibbs(), draws=1000, tune=500, chains=2, random_seed=3)
+        tuned = _sample(
+            model, pymc_sgs.SplitGibbs(rho="tuned"), draws=1000, tune=500, chains=2, random_seed=3
+        )
         with pytest.warns(pymc_sgs.SamplerFeedbackWarning, match="tune=0"):
             untuned = pm.sample(
                 draws=1000,
@@ -76,7 +78,7 @@ def test_tune_zero_uses_the_laplace_rho_and_says_so():
                 chains=2,
                 cores=1,
                 random_seed=4,
-                step=pymc_sgs.SplitGibbs(),
+                step=pymc_sgs.SplitGibbs(rho="tuned"),
                 progressbar=False,
                 compute_convergence_checks=False,
             )
@@ -117,7 +119,7 @@ def test_tune_zero_without_a_laplace_approximation_warns_that_rho_is_uncertified
 def test_chains_of_one_run_share_rho_and_schedule(cores):
     model = _logistic(seed=cores)
     with model:
-        step = pymc_sgs.SplitGibbs()
+        step = pymc_sgs.SplitGibbs(rho="tuned")
     idata = _sample(model, step, draws=300, tune=400, chains=3, cores=cores, random_seed=7)
     rho = idata.sample_stats["rho"].values
     assert np.all(rho == rho[0, 0]), np.unique(rho)
@@ -307,7 +309,7 @@ def test_log_weights_thinning_records_weights_whatever_the_sweep_stride():
     # tune=101 puts the sweeps (every 4th iteration) off the old "every 4th kept draw" grid
     model = _logistic(n=300)
     with model:
-        step = pymc_sgs.SplitGibbs(log_weights=4, sweep_every=4)
+        step = pymc_sgs.SplitGibbs(rho="tuned", log_weights=4, sweep_every=4)
     idata = _sample(model, step, draws=200, tune=101, chains=2, random_seed=2)
     lw = idata.sample_stats["log_weight"].values
     assert np.all(np.isfinite(lw).sum(axis=1) >= 200 // 4 - 1), np.isfinite(lw).sum(axis=1)
@@ -323,7 +325,12 @@ def test_psis_summary_reports_mcse_and_lines_up_with_az_summary():
         b = pm.Normal("b", 0, 2.5, dims="pred")
         pm.Bernoulli("y", logit_p=pm.math.dot(X, b), observed=y)
     idata = _sample(
-        model, pymc_sgs.SplitGibbs(model=model), draws=1000, tune=500, chains=2, random_seed=6
+        model,
+        pymc_sgs.SplitGibbs(rho="tuned", model=model),
+        draws=1000,
+        tune=500,
+        chains=2,
+        random_seed=6,
     )
     summary = pymc_sgs.psis_summary(idata, warn=False)
     assert list(summary.index) == list(az.summary(idata).index) == ["b[x1]", "b[x2]"]
@@ -370,7 +377,7 @@ def test_feedback_warnings_point_at_the_users_line():
             cores=1,
             random_seed=1,
             progressbar=False,
-            step=pymc_sgs.SplitGibbs(),
+            step=pymc_sgs.SplitGibbs(rho="tuned"),
             compute_convergence_checks=False,
         )
     ours = [w for w in caught if issubclass(w.category, pymc_sgs.SamplerFeedbackWarning)]
@@ -385,7 +392,7 @@ def test_repr_shows_what_is_known_not_starting_values():
         b = pm.Normal("b", 0, 1, shape=2)
         alpha = pm.Exponential("alpha", 1)
         pm.NegativeBinomial("y", mu=pm.math.exp(X @ b), alpha=alpha, observed=y)
-        text = repr(pymc_sgs.SplitGibbs())
+        text = repr(pymc_sgs.SplitGibbs(rho="tuned"))
     # the free alpha by its name (its initial value 1 is no property of the model), and rho
     # before any chain has set it
     assert "negativebinomial(log, alpha=alpha)" in text and "rho='auto'" in text, text
@@ -393,11 +400,11 @@ def test_repr_shows_what_is_known_not_starting_values():
     with pm.Model():
         b = pm.Normal("b", 0, 1, shape=2)
         pm.Normal("y", mu=X @ b, sigma=1.0, observed=y)
-        text = repr(pymc_sgs.SplitGibbs())
+        text = repr(pymc_sgs.SplitGibbs(rho="tuned"))
     assert "rho" not in text, text  # nothing is split
     model = _logistic(n=200)
     with model:
-        step = pymc_sgs.SplitGibbs()
+        step = pymc_sgs.SplitGibbs(rho="tuned")
     _sample(model, step, draws=10, tune=150, chains=1, cores=1)
     assert f"rho={float(step.kernel.rho):.4g} (auto)" in repr(step), repr(step)
 

@@ -176,9 +176,11 @@ def _logistic_model(seed=0, n=200, d=3):
         ("fork", dict(rho=0.3)),
         ("spawn", dict(rho=0.3)),
         ("fork", dict()),
+        ("fork", dict(rho="tuned")),
         ("fork", dict(exact=True)),
     ],
-    ids=["fork", "spawn", "fork-auto-rho", "fork-exact"],
+    # the default rho="auto" skips the split on this model; "tuned" sets the split's rho
+    ids=["fork", "spawn", "fork-auto-rho", "fork-tuned-rho", "fork-exact"],
 )
 def test_same_seed_same_draws_for_any_cores(mp_ctx, step_kwargs):
     model = _logistic_model()

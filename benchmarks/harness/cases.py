@@ -66,6 +66,10 @@ CASES = {
     ),
     "poisson-1e5": dict(kind="poisson", n=100_000, d=10, est_min=8),
     "dogs": dict(kind="dogs", d=3, est_min=2),
+    # Laplace-hard (issue 23 target 2): posteriors far from their Laplace approximation
+    "rare-120": dict(kind="rare", n=120, d=5, est_min=2),
+    "collinear-569": dict(kind="collinear", n=569, d=31, est_min=2),
+    "sparse-4000": dict(kind="sparse", n=4_000, d=40, est_min=2),
     # quick mode only
     "illcond-50-n2000": dict(kind="illcond", n=2_000, d=50, corr=0.99, est_min=2),
 }
@@ -95,11 +99,17 @@ def case_label(name: str) -> str:
         return f"ill-cond. logistic (corr {c['corr']}) n={c['n']} d={c['d']}"
     if c["kind"] == "poisson":
         return f"Poisson-log n={c['n']:.0e} d={c['d']}".replace("e+0", "e")
+    if c["kind"] == "rare":
+        return f"rare-event logistic n={c['n']} d={c['d']}"
+    if c["kind"] == "collinear":
+        return f"collinear logistic n={c['n']} d={c['d']}"
+    if c["kind"] == "sparse":
+        return f"sparse binary design n={c['n']} d={c['d']}"
     return "posteriordb dogs (n=750, d=3)"
 
 
 def is_logistic(name: str) -> bool:
-    return CASES[name]["kind"] in ("logistic", "illcond", "dogs")
+    return CASES[name]["kind"] in ("logistic", "illcond", "dogs", "rare", "collinear", "sparse")
 
 
 def family_of(name: str) -> str:
@@ -152,6 +162,24 @@ def make_data(name: str, data_seed: int):
     if c["kind"] == "logistic":
         X = rng.standard_normal((n, d)) / np.sqrt(d)
         beta = rng.standard_normal(d)
+    elif c["kind"] == "rare":
+        # about 5% events: a handful of 1s, a skewed posterior of the intercept
+        X = np.column_stack([np.ones(n), rng.standard_normal((n, d - 1))])
+        beta = np.r_[-3.2, 0.8, -0.5, 0.3, np.zeros(d - 4)]
+    elif c["kind"] == "collinear":
+        # three groups of ten predictors with correlation 0.95 within a group, and an
+        # intercept (the shape of the Wisconsin breast-cancer design)
+        k = (d - 1) // 3
+        F = rng.standard_normal((n, 3))
+        noise = rng.standard_normal((n, d - 1))
+        X = np.column_stack(
+            [np.ones(n), np.sqrt(0.95) * np.repeat(F, k, axis=1) + np.sqrt(0.05) * noise]
+        )
+        beta = np.r_[0.3, 0.6 * rng.standard_normal(d - 1)]
+    elif c["kind"] == "sparse":
+        # binary predictors with 3% ones, and an intercept
+        X = np.column_stack([np.ones(n), (rng.random((n, d - 1)) < 0.03).astype(float)])
+        beta = np.r_[-1.0, rng.standard_normal(d - 1)]
     elif c["kind"] == "illcond":
         r = c["corr"]
         X = np.sqrt(r) * rng.standard_normal((n, 1)) + np.sqrt(1 - r) * rng.standard_normal((n, d))

@@ -178,7 +178,7 @@ def table_rows(case_results: list[dict]) -> list[str]:
             setup = r["wall"] - r["sampling_time"]
             ratio = m["ess_per_s"] / best if np.isfinite(best) else np.nan
             tail_ratio = m["tail_per_s"] / best_tail if np.isfinite(best_tail) else np.nan
-            if s == "SGS":
+            if "sd_w" in r:
                 extra = (
                     "rho "
                     + "/".join(f"{v:.3g}" for v in r["rho"])
@@ -191,7 +191,7 @@ def table_rows(case_results: list[dict]) -> list[str]:
                 extra = f"{r['n_steps']:.1f} steps" + (
                     f", {r['divergences']} div." if r["divergences"] else ""
                 )
-            elif s in ("Laplace-MH", "SGS-rho0"):
+            elif "accept" in r:
                 extra = f"acc. {r['accept']:.2f}, beta " + "/".join(f"{v:g}" for v in r["mh_beta"])
             elif s == "Laplace-PSIS":
                 extra = f"k-hat {r['khat']:.2f}"

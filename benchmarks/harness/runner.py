@@ -30,7 +30,17 @@ from .cases import build_model, make_data
 NUTS_VARIANTS = ("NUTS", "nutpie", "nutpie-lr")
 #: exact samplers that are not NUTS (their runs may join the pooled reference)
 EXACT_BASELINES = ("Laplace-MH", "PG")
-SAMPLERS = ("SGS", "SGS-rho0", "NUTS", "nutpie", "nutpie-lr", "Laplace-MH", "Laplace-PSIS", "PG")
+SAMPLERS = (
+    "SGS",
+    "SGS-rho0",
+    "SGS-tuned",
+    "NUTS",
+    "nutpie",
+    "nutpie-lr",
+    "Laplace-MH",
+    "Laplace-PSIS",
+    "PG",
+)
 
 
 def seed_for(base: int, case: str, sampler: str) -> int:
@@ -111,6 +121,8 @@ def pm_sample(model, sampler, kw):
             return pm.sample(step=pymc_sgs.SplitGibbs(), **kw)
         if sampler == "SGS-rho0":
             return pm.sample(step=pymc_sgs.SplitGibbs(rho=0), **kw)
+        if sampler == "SGS-tuned":
+            return pm.sample(step=pymc_sgs.SplitGibbs(rho="tuned"), **kw)
         if sampler == "Laplace-MH":
             return pm.sample(step=LaplaceMH(), **kw)
         if sampler == "NUTS":
@@ -184,7 +196,9 @@ def run_sampler(job: dict) -> dict:
         res["beta"] = np.asarray(idata.posterior["beta"].values, dtype=float)
         res["sampling_time"] = float(idata.posterior.attrs.get("sampling_time", np.nan))
         st = idata.sample_stats
-        if sampler == "SGS":
+        # the default rho="auto" skips the split where rho=0 applies (rho stat 0)
+        split = sampler in ("SGS", "SGS-tuned") and bool(np.all(st["rho"].values[:, -1] > 0))
+        if split:
             rho = st["rho"].values[:, -1]
             lw = st["log_weight"].values
             sdw = []
@@ -194,7 +208,7 @@ def run_sampler(job: dict) -> dict:
             res.update(rho=rho.tolist(), sd_w=sdw, z_accept=float(np.nanmean(st["z_accept"])))
         elif sampler == "Laplace-MH":
             res.update(accept=float(st["accept"].mean()), mh_beta=st["beta"].values[:, -1].tolist())
-        elif sampler == "SGS-rho0":
+        elif sampler in ("SGS", "SGS-rho0", "SGS-tuned"):
             res.update(
                 accept=float(st["shift_accept"].mean()),
                 mh_beta=st["shift_beta"].values[:, -1].tolist(),

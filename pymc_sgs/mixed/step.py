@@ -132,7 +132,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
         sweep_every,
     ):
         where = "for a mixed model (group-specific terms with free scales)"
-        self.auto_rho = _validate_scalar_rho(rho, where)
+        self.auto_rho = _validate_scalar_rho(rho, where, tuned=False)
         _validate_without_shift(init, shift, shift_moves, shift_relaxation, sweep_every, where)
         validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
