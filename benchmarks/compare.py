@@ -337,13 +337,13 @@ def main(argv=None):
                 ess, rhat = quick_summary(r)
                 # exact MCMC samplers only (SGS samples pi_rho; PSIS has no R-hat)
                 r["healthy"] = (
-                    s not in ("SGS", "Laplace-PSIS")
+                    s not in ("SGS", "SGS-tuned", "Laplace-PSIS")
                     and rhat <= args.max_ref_rhat
                     and ess >= args.min_ref_ess
                 )
                 print(
                     f"  {s:12s} wall {r['wall']:7.1f} s  cpu {r['cpu']:7.1f} s  min ESS "
-                    f"{ess:7.0f}  R-hat {rhat:.3f}" + (f"  rho {r['rho']}" if s == "SGS" else ""),
+                    f"{ess:7.0f}  R-hat {rhat:.3f}" + (f"  rho {r['rho']}" if "rho" in r else ""),
                     flush=True,
                 )
             else:

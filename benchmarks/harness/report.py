@@ -293,11 +293,13 @@ def targets(case_results: list[dict]) -> list[str]:
         else:
             verdict = "FAIL"
         vals = ", ".join(f"{c} {r['m']['bias']:.3f} ± {r['m']['bias_se']:.3f}" for c, r in sgs)
-        cert = max(max(r["sd_w"]) for _, r in sgs)
+        # the default makes no split where rho=0 applies: no weights, no certificate
+        certs = [max(r["sd_w"]) for _, r in sgs if "sd_w" in r]
+        cert = f"{max(certs):.2f}" if certs else "0 (no split)"
         lines.append(
             f"- at bias <= 0.1 posterior sd: SplitGibbs max_j |mean_j - ref_j|/sd_j per case: "
             f"{vals}; max {worst['m']['bias']:.3f} ({worst_c}); coefficients exceeding 0.1 sd by "
-            f"> 3 MC errors: {n_sig}; largest certificate sd(w̃) {cert:.2f} -> **{verdict}**"
+            f"> 3 MC errors: {n_sig}; largest certificate sd(w̃) {cert} -> **{verdict}**"
         )
     return lines
 
@@ -314,7 +316,7 @@ def plot(case_results: list[dict], path: Path):
     if not ds:
         return False
     fig, axes = plt.subplots(1, len(ds), figsize=(5.5 * len(ds), 4.2), squeeze=False)
-    markers = dict(zip(SAMPLERS, "os^vDPXh"))
+    markers = dict(zip(SAMPLERS, "os^vDPXh*"))
     for ax, d in zip(axes[0], ds):
         crs = sorted(
             (
