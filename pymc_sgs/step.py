@@ -103,7 +103,7 @@ class SplitGibbs(BaseSplitGibbs):
         often; no z-sweeps, no bias, importance weights all 1). It needs smooth
         log-concave likelihoods, the Cholesky theta-step and the default
         in-process back end. ``"auto"`` (default): ``0`` wherever it can run
-        (and ``exact=False``, ``shift=True``, at least one split term);
+        (with ``shift=True`` and at least one split term);
         elsewhere as ``"tuned"``. The choice reads the model and the options
         only, so every chain of a run makes the same one; ``repr`` shows it.
         ``"tuned"``: always the split model, with 0.9 times the largest rho
@@ -133,7 +133,9 @@ class SplitGibbs(BaseSplitGibbs):
         theta-first at random, which makes it ``Pi_rho``-reversible), accepted
         with probability ``min(1, w(theta') / w(theta))``. Applies after tuning
         (tuning draws sample ``pi_rho`` to burn in and tune rho). ``True`` is
-        ``ExactOptions()``.
+        ``ExactOptions()``. Without a split (``rho=0``, or ``rho="auto"`` where
+        it makes none) the draws target ``pi`` already and ``exact`` changes
+        nothing.
     shift : bool or ShiftOptions
         Add, before every sweep, a Metropolis–Hastings move of ``(theta, z)``
         along ``(delta, A delta)``, which leaves the split model invariant and
@@ -363,7 +365,7 @@ class SplitGibbs(BaseSplitGibbs):
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
         if self.direct:
-            obstacle = _direct_obstacle(self.detected, backend, split, exact, self.shift)
+            obstacle = _direct_obstacle(self.detected, backend, split, self.shift)
             if obstacle is not None:
                 raise ValueError(obstacle)
         # rho=0 never sweeps: its kernel holds the rows, the prior and the Gaussian terms, and
@@ -394,7 +396,7 @@ class SplitGibbs(BaseSplitGibbs):
             and rho == "auto"
             and self.detected.problem.n_split
             and self.kernel.theta_solver == "cholesky"
-            and _direct_obstacle(self.detected, backend, split, exact, self.shift) is None
+            and _direct_obstacle(self.detected, backend, split, self.shift) is None
         ):
             # the shift move alone samples the posterior exactly here: no split, no rho-bias
             # (a choice from the model and the options only, the same for every chain)
@@ -409,7 +411,8 @@ class SplitGibbs(BaseSplitGibbs):
                 f"{self.detected.problem.d}, or a sparse design). Use rho='auto' (the split "
                 "model), which samples this model."
             )
-        self.exact = bool(exact)
+        # without a split the draws are exact already: exact=True asks for nothing more
+        self.exact = bool(exact) and not self.direct
         self.exact_sweeps = int(exact_sweeps)
         self.bias_tol = bias_tol
         self.vars = [model[name] for name in self.detected.value_var_names]
@@ -995,7 +998,7 @@ DIRECT_TAIL_DF = 5.0
 RECENTRE_AT = (50, 200)
 
 
-def _direct_obstacle(detected, backend, split, exact, shift) -> str | None:
+def _direct_obstacle(detected, backend, split, shift) -> str | None:
     """Why ``rho=0`` (no split, shift moves on the posterior) cannot run here, or None.
 
     The message of its ``ValueError``; ``rho="auto"`` keeps the split model wherever there is
@@ -1003,11 +1006,6 @@ def _direct_obstacle(detected, backend, split, exact, shift) -> str | None:
     alternative = "Use rho='auto' (the split model), which samples this model."
     if split == "shards":
         return "rho=0 leaves nothing to split; BlockSplitGibbs needs a positive rho."
-    if exact:
-        return (
-            "exact=True corrects the split model's bias; rho=0 samples the posterior itself and "
-            "has none. Use rho=0 with exact=False, or exact=True with rho='auto'."
-        )
     if not shift:
         return (
             "rho=0 moves the coefficients by the shift move alone; shift=False would leave "

@@ -125,8 +125,8 @@ def test_rho0_same_draws_for_any_cores_and_equal_weights():
 
 def test_auto_rho_skips_the_split_where_rho0_applies():
     """The default rho="auto" on a flat GLM with a smooth log-concave likelihood is rho=0:
-    the same draws; where rho=0 cannot run it keeps the split model (certified rho), as does
-    rho="tuned" everywhere."""
+    the same draws, with or without exact=True; where rho=0 cannot run it keeps the split
+    model (certified rho), as does rho="tuned" everywhere."""
     model = _logistic()
     zero = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=100, tune=100)
     step = pymc_sgs.SplitGibbs(model=model)
@@ -135,8 +135,14 @@ def test_auto_rho_skips_the_split_where_rho0_applies():
     np.testing.assert_array_equal(zero.posterior["b"].values, auto.posterior["b"].values)
     tuned = _sample(model, pymc_sgs.SplitGibbs(rho="tuned", model=model), draws=100, tune=100)
     assert np.all(tuned.sample_stats["rho"].values > 0)
+    # exact=True: the draws without a split are exact already, and the same
+    for rho in ("auto", 0):
+        step = pymc_sgs.SplitGibbs(model=model, rho=rho, exact=True)
+        assert step.direct and not step.exact
+        exact = _sample(model, step, draws=100, tune=100)
+        np.testing.assert_array_equal(zero.posterior["b"].values, exact.posterior["b"].values)
     cg = pymc_sgs.LocalBackend(theta_solver="cg")
-    for kwargs in (dict(exact=True), dict(shift=False), dict(backend=cg)):
+    for kwargs in (dict(shift=False), dict(backend=cg)):
         step = pymc_sgs.SplitGibbs(model=model, **kwargs)
         assert not step.direct and step.auto_rho, kwargs
     for likelihood in ("student_t", "quantile"):
@@ -162,7 +168,6 @@ def _model_with(likelihood):
 @pytest.mark.parametrize(
     "case, kwargs, message",
     [
-        ("poisson", dict(exact=True), r"exact=True corrects the split model's bias; rho=0"),
         ("poisson", dict(shift=False), r"rho=0 moves the coefficients by the shift move alone"),
         (
             "poisson",

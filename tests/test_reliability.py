@@ -100,10 +100,10 @@ def test_golden_check_detects_a_changed_stream():
 # --------------------------------------------------------------------------- reproducibility
 @pytest.fixture(scope="module")
 def auto_exact_reference():
-    """rho='auto' + exact=True (stateful tuner, MH correction), chains=2, cores=1."""
+    """rho="tuned" + exact=True (stateful tuner, MH correction), chains=2, cores=1."""
     model = _tiny_logistic(n=40)
     with model:
-        step = pymc_sgs.SplitGibbs(exact=True, exact_sweeps=3)
+        step = pymc_sgs.SplitGibbs(rho="tuned", exact=True, exact_sweeps=3)
     kw = dict(draws=20, tune=60, chains=2, random_seed=77)
     return model, kw, _sample(model, step, cores=1, **kw)
 
@@ -124,7 +124,7 @@ def test_auto_exact_same_draws_for_any_cores_and_context(auto_exact_reference, m
     assert np.all(rho != pymc_sgs.step.AUTO_RHO_START)
     assert np.all(np.isfinite(ref.sample_stats["exact_accept"].values))
     with model:
-        step = pymc_sgs.SplitGibbs(exact=True, exact_sweeps=3)
+        step = pymc_sgs.SplitGibbs(rho="tuned", exact=True, exact_sweeps=3)
     par = _sample(model, step, cores=2, mp_ctx=mp_ctx, **kw)
     _same(ref, par)
 
@@ -132,7 +132,7 @@ def test_auto_exact_same_draws_for_any_cores_and_context(auto_exact_reference, m
 def test_repeated_runs_are_identical(auto_exact_reference):
     model, kw, ref = auto_exact_reference
     with model:
-        step = pymc_sgs.SplitGibbs(exact=True, exact_sweeps=3)
+        step = pymc_sgs.SplitGibbs(rho="tuned", exact=True, exact_sweeps=3)
     _same(ref, _sample(model, step, cores=1, **kw))
 
 

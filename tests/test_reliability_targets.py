@@ -413,7 +413,7 @@ def test_exact_mode_that_mixes_badly_warns():
     """Acceptance above 0.1 can still leave exact mode nearly stuck: the draws' ESS is checked."""
     model = _logistic(n=200)
     with model:
-        step = pymc_sgs.SplitGibbs(exact=True)
+        step = pymc_sgs.SplitGibbs(rho="tuned", exact=True)
     rng = np.random.default_rng(0)
     stats = dict(swept=1.0, z_accept=0.9, exact_accept=0.3, shift_accept=float("nan"))
     sticky = np.cumsum(rng.normal(scale=0.01, size=(step.HEALTH_CHECK_DRAW, 4)), axis=0)

@@ -177,7 +177,7 @@ def _logistic_model(seed=0, n=200, d=3):
         ("spawn", dict(rho=0.3)),
         ("fork", dict()),
         ("fork", dict(rho="tuned")),
-        ("fork", dict(exact=True)),
+        ("fork", dict(rho="tuned", exact=True)),
     ],
     # the default rho="auto" skips the split on this model; "tuned" sets the split's rho
     ids=["fork", "spawn", "fork-auto-rho", "fork-tuned-rho", "fork-exact"],
