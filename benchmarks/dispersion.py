@@ -3,8 +3,9 @@
 Every sampler runs on the same model, each in a fresh ``spawn``-ed worker process (peak
 memory per sampler), 2 chains on 2 cores, the same tuning iterations and draws:
 
-* ``SGS``        ``pm.sample(step=pymc_sgs.SplitGibbs())``: the split model; the dispersion
-                 parameter is slice-sampled given z;
+* ``SGS``        ``pm.sample(step=pymc_sgs.SplitGibbs())``: the default rho="auto", which on
+                 these models is rho=0 since issue 23 (before: the split model, the dispersion
+                 parameter slice-sampled given z);
 * ``SGS-rho0``   ``pm.sample(step=pymc_sgs.SplitGibbs(rho=0))``: no split; the dispersion
                  parameter is slice-sampled given theta, theta moves by the Laplace shift move;
 * ``NUTS``       ``pm.sample()``;
