@@ -310,6 +310,8 @@ def plot(case_results: list[dict], path: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if any(CASES[cr["case"]]["kind"] != "logistic" for cr in case_results):
+        return _bar_plot(case_results, path, plt)
     ds = sorted(
         {CASES[cr["case"]]["d"] for cr in case_results if CASES[cr["case"]]["kind"] == "logistic"}
     )
@@ -362,6 +364,37 @@ def plot(case_results: list[dict], path: Path):
         ax.set_title(f"well-conditioned logistic regression, d = {d}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def _bar_plot(case_results: list[dict], path: Path, plt) -> bool:
+    """Min bulk ESS/s (setup included; tail ESS/s hatched beside it) of every sampler, grouped
+    by case: for runs whose cases are not one scaling series."""
+    cases = [cr for cr in case_results if not cr.get("skip")]
+    samplers = [s for s in SAMPLERS if any(r["sampler"] == s for cr in cases for r in cr["runs"])]
+    if not cases or not samplers:
+        return False
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(cases)), 4.4))
+    width = 0.8 / len(samplers)
+    for k, s in enumerate(samplers):
+        bulk, tail = [], []
+        for cr in cases:
+            r = next((r for r in cr["runs"] if r["sampler"] == s and "m" in r), None)
+            bulk.append(r["m"]["ess_per_s"] if r else np.nan)
+            tail.append(r["m"]["tail_per_s"] if r else np.nan)
+        x = np.arange(len(cases)) + (k - (len(samplers) - 1) / 2) * width
+        ax.bar(x, bulk, width * 0.95, label=s)
+        ax.scatter(x, tail, marker="_", s=150, color="black", zorder=3)
+    ax.set_xticks(np.arange(len(cases)))
+    ax.set_xticklabels([cr["case"] for cr in cases])
+    ax.set_yscale("log")
+    ax.set_ylabel("min ESS / wall s (incl. setup + tuning)\nbars: bulk, dashes: tail")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
