@@ -52,7 +52,7 @@ def _run(case, executor):
     return res
 
 
-@pytest.mark.parametrize("case", ["logistic_exact", "poisson_auto"])
+@pytest.mark.parametrize("case", ["logistic_exact", "logistic_default", "poisson_tuned"])
 def test_sbc_ranks_are_uniform(case, executor):
     res = _run(case, executor)
     assert sbc.CASES[case]["negative"] is False
