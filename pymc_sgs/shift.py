@@ -345,10 +345,10 @@ class ShiftMove:
     def _log_mixture(self, theta, centre):
         """Log density of the defensive mixture (``tail_weight``) up to ``log |L|``, which the
         two components share."""
-        u = self.chol.T @ (theta - centre)
-        q = float(u @ u)
-        d, nu = len(u), self.tail_df
-        log_n = -0.5 * d * np.log(2 * np.pi) - 0.5 * q
+        log_ref = self._log_reference(theta, centre)
+        q = -2.0 * log_ref
+        d, nu = len(theta), self.tail_df
+        log_n = -0.5 * d * np.log(2 * np.pi) + log_ref
         log_t = (
             scipy.special.gammaln(0.5 * (nu + d))
             - scipy.special.gammaln(0.5 * nu)

@@ -364,13 +364,23 @@ class SplitGibbs(BaseSplitGibbs):
         # leave it stale
         self._data_fingerprints = _data_fingerprints(model)
         self._check_data = True
-        if self.direct:
-            obstacle = _direct_obstacle(self.detected, backend, split, self.shift)
-            if obstacle is not None:
-                raise ValueError(obstacle)
+        obstacle = _direct_obstacle(self.detected, backend, split, self.shift)
+        if self.direct and obstacle is not None:
+            raise ValueError(obstacle)
+        # rho="auto" skips the split wherever rho=0 can run (a choice from the model and the
+        # options only, the same for every chain); the kernel decides the last condition, a
+        # Cholesky theta-step
+        may_skip_split = (
+            isinstance(rho, str)
+            and rho == "auto"
+            and bool(self.detected.problem.n_split)
+            and obstacle is None
+        )
         # rho=0 never sweeps: its kernel holds the rows, the prior and the Gaussian terms, and
         # a coupling that is never used
-        start_rho = AUTO_RHO_START if self.auto_rho else 1.0 if self.direct else rho
+        start_rho = (
+            1.0 if self.direct or may_skip_split else AUTO_RHO_START if self.auto_rho else rho
+        )
         self.backend = backend
         if owned and not (isinstance(backend, LocalBackend) and backend.n_shards is None):
             names = owned
@@ -391,24 +401,20 @@ class SplitGibbs(BaseSplitGibbs):
                 theta_solver=theta_solver,
                 dtype=dtype,
             )
-        if (
-            isinstance(rho, str)
-            and rho == "auto"
-            and self.detected.problem.n_split
-            and self.kernel.theta_solver == "cholesky"
-            and _direct_obstacle(self.detected, backend, split, self.shift) is None
-        ):
-            # the shift move alone samples the posterior exactly here: no split, no rho-bias
-            # (a choice from the model and the options only, the same for every chain)
+        if may_skip_split and self.kernel.theta_solver == "cholesky":
+            # the shift move alone samples the posterior exactly here: no split, no rho-bias;
+            # built at the coupling of an explicit rho=0, so that both give the same draws
             self.direct = self.auto_direct = True
             self.auto_rho = False
-            # the kernel of an explicit rho=0, so that both give the same draws
-            self.kernel.set_rho(1.0)
+        elif may_skip_split:
+            # a matrix-free theta-step keeps the split, from rho="auto"'s starting coupling
+            # (a cheap change without a factorisation)
+            self.kernel.set_rho(AUTO_RHO_START)
         if self.direct and self.kernel.theta_solver != "cholesky":
             raise ValueError(
                 "rho=0 proposes from the d x d Laplace approximation of the posterior; here "
                 f"the theta-step is matrix-free (theta_solver={theta_solver!r}, d="
-                f"{self.detected.problem.d}, or a sparse design). Use rho='auto' (the split "
+                f"{self.detected.problem.d}, or a sparse design). Use rho='tuned' (the split "
                 "model), which samples this model."
             )
         # without a split the draws are exact already: exact=True asks for nothing more
@@ -675,7 +681,7 @@ class SplitGibbs(BaseSplitGibbs):
             if start.theta is None:
                 raise ValueError(
                     "rho=0 proposes from the Laplace approximation of the posterior, which is "
-                    f"not available here ({start.reason}). Use rho='auto' (the split model)."
+                    f"not available here ({start.reason}). Use rho='tuned' (the split model)."
                 )
             # zero residuals: nothing to recentre on
             self.shift_move = self._new_shift_move(start, recenter=False)
@@ -1001,9 +1007,10 @@ RECENTRE_AT = (50, 200)
 def _direct_obstacle(detected, backend, split, shift) -> str | None:
     """Why ``rho=0`` (no split, shift moves on the posterior) cannot run here, or None.
 
-    The message of its ``ValueError``; ``rho="auto"`` keeps the split model wherever there is
-    one (besides the matrix-free theta-step, which the kernel decides)."""
-    alternative = "Use rho='auto' (the split model), which samples this model."
+    The message of its ``ValueError`` for an explicit ``rho=0``; ``rho="auto"`` keeps the
+    split model wherever there is one (and with a matrix-free theta-step, which the kernel
+    decides)."""
+    alternative = "Use rho='tuned' (the split model), which samples this model."
     if split == "shards":
         return "rho=0 leaves nothing to split; BlockSplitGibbs needs a positive rho."
     if not shift:
