@@ -38,35 +38,29 @@ Usage::
 
 from __future__ import annotations
 
+from _script_env import ROOT  # first: one thread per process, set before numpy loads
+
+# isort: split
+import argparse
+import datetime
+import multiprocessing as mp
 import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT, ROOT / "benchmarks"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from harness.cases import CASES, FULL_CASES, QUICK_CASES, case_label, is_logistic  # noqa: E402
-from harness.metrics import (  # noqa: E402
+from harness.cases import CASES, FULL_CASES, QUICK_CASES, case_label, is_logistic
+from harness.metrics import (
     dedicated_reference,
     metrics,
     pooled_reference,
     posteriordb_reference,
     quick_summary,
 )
-from harness.report import COLUMNS_DOC, env_info, plot, table_rows, targets  # noqa: E402
-from harness.runner import SAMPLERS, WORKER_START, run_job, seed_for  # noqa: E402
+from harness.report import COLUMNS_DOC, env_info, plot, table_rows, targets
+from harness.runner import SAMPLERS, WORKER_START, run_job, seed_for
 
 RESULTS = Path(__file__).resolve().parent / "results" / "compare.md"
 PLOT = Path(__file__).resolve().parent / "results" / "compare_ess_per_s.png"

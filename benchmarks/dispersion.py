@@ -34,29 +34,22 @@ Usage::
 
 from __future__ import annotations
 
+import _script_env  # noqa: F401  (first: one thread per process, set before numpy loads)
+
+# isort: split
+import argparse
+import datetime
 import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT, ROOT / "benchmarks"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from harness.report import env_info, fmt_sig  # noqa: E402
-from harness.runner import MemoryMonitor, cpu_seconds, pm_sample, run_job, seed_for  # noqa: E402
+import numpy as np
+from harness.report import env_info, fmt_sig
+from harness.runner import MemoryMonitor, cpu_seconds, pm_sample, run_job, seed_for
 
 SAMPLERS = ("SGS", "SGS-rho0", "NUTS", "nutpie", "nutpie-lr")
 NUTS_VARIANTS = ("NUTS", "nutpie", "nutpie-lr")

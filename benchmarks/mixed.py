@@ -28,28 +28,21 @@ Usage::
 
 from __future__ import annotations
 
+from _script_env import ROOT  # first: one thread per process, set before numpy loads
+
+# isort: split
+import argparse
+import datetime
+import hashlib
 import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import hashlib  # noqa: E402
-import platform  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT, ROOT / "benchmarks"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from harness.mixed_cases import (  # noqa: E402
+import numpy as np
+from harness.mixed_cases import (
     NUTS_VARIANTS,
     REAL_CASES,
     SAMPLERS,
@@ -58,8 +51,8 @@ from harness.mixed_cases import (  # noqa: E402
     is_case,
     run_mixed_job,
 )
-from harness.report import env_info, fmt_sig, git_commit  # noqa: E402
-from harness.runner import seed_for  # noqa: E402
+from harness.report import env_info, fmt_sig, git_commit
+from harness.runner import seed_for
 
 RESULTS = ROOT / "benchmarks" / "results" / "mixed.md"
 DEFAULT_CASES = ["cbpp", "contraception", "sleepstudy"]
