@@ -311,3 +311,6 @@ def test_factor_samplers_whiten_exactly(method, crossed):
     # X = M E with M M^T = Q^-1  <=>  X^T Q X = E^T E for every pair of columns
     np.testing.assert_allclose(X.T @ Q @ X, E.T @ E, rtol=1e-8, atol=1e-8)
     np.testing.assert_allclose(f.logdet, np.linalg.slogdet(Q)[1], rtol=1e-10)
+    # whiten is the inverse of sample (the joint kernel keeps eps fixed across h-moves)
+    W = np.column_stack([f.whiten(x) for x in X.T])
+    np.testing.assert_allclose(W, E, rtol=1e-8, atol=1e-8)

@@ -58,6 +58,7 @@ class MixedState(NamedTuple):
 
 class MixedInfo(NamedTuple):
     hyper_accept: float  # mean Metropolis acceptance probability of the h-moves
+    walk_accept: float  # ... of the random-walk h-moves alone (what their scale is tuned on)
     log_weight: float  # log w_rho(c) = log p(y|c) - log p_rho(y|c); 0 for an unsplit model
     n_proposals: int  # z rejection-sampler proposals
 
@@ -150,11 +151,15 @@ class MixedKernel:
 
     def prior_at(self, h):
         """``(log prior, term sds, observation sd, prior precision)`` at ``h``; None where the
-        prior density is zero or the sds are not positive and finite."""
+        prior density is zero or the sds or precisions are not positive and finite."""
         log_prior, sds, noise_sd = self.hyper_values(h)
         if not (np.isfinite(log_prior) and np.all(np.isfinite(sds)) and np.all(sds > 0)):
             return None
-        return float(log_prior), sds, noise_sd, self.prior_precision(sds)
+        with np.errstate(over="ignore"):
+            lam = self.prior_precision(sds)
+        if not np.all(np.isfinite(lam)):
+            return None  # an sd so small its precision overflows: no density to speak of
+        return float(log_prior), sds, noise_sd, lam
 
     def scales(self, h) -> np.ndarray:
         """Term sds at ``h``: those of the state's factorization when it is ``h``'s."""
@@ -252,9 +257,10 @@ class MixedKernel:
         if cached is None or not np.array_equal(cached.h, state.h):
             cached = self.factorize(state.h, 0)
         cur = self.evaluate(state.h, data, factored=cached)
-        accept = 0.0
+        accept = walk_accept = 0.0
         K = state.h.shape[0]
         n_moves = proposal.moves if K else 0
+        n_walk = 0
         for m in range(n_moves):
             independent = proposal.centre is not None and m % 2 == 0
             if independent:
@@ -263,6 +269,7 @@ class MixedKernel:
                 h_new = proposal.centre + g * (proposal.indep_chol @ rng.standard_normal(K))
             else:
                 h_new = cur.h + proposal.walk_chol @ rng.standard_normal(K)
+                n_walk += 1
             slot = 1 - cur.factored.slot if cur.factored is not None else 1
             prop = self.evaluate(h_new, data, slot=slot)
             log_ratio = prop.log_post - cur.log_post
@@ -278,6 +285,7 @@ class MixedKernel:
                 else 0.0
             )
             accept += a
+            walk_accept += 0.0 if independent else a
             if np.log(rng.uniform()) < log_ratio:
                 cur = prop
         if not np.isfinite(cur.log_post):
@@ -288,5 +296,10 @@ class MixedKernel:
         self._factored = cur.factored
         coef = self.draw_coef(cur, rng)
         lw = self.log_weight(coef) if (self.split and self.log_weights) else 0.0
-        info = MixedInfo(accept / n_moves if n_moves else 1.0, lw, n_prop)
+        info = MixedInfo(
+            accept / n_moves if n_moves else 1.0,
+            walk_accept / n_walk if n_walk else 1.0,
+            lw,
+            n_prop,
+        )
         return MixedState(cur.h, coef, z, mode), info

@@ -23,7 +23,8 @@ Three factorizations, all exact (a small model's ``Q`` is factored densely):
 * :class:`SparseFactor`: a sparse LDL^T (QDLDL with AMD ordering; Stellato et al.,
   2020) of all of ``Q``, for crossed factors with many levels on both sides.
 
-Both expose ``logdet`` and ``solve``; :class:`MixedPrecision` picks one.
+All expose ``logdet``, ``solve``, ``sample`` (``N(0, Q^-1)`` from standard normals) and
+``whiten`` (its inverse); :class:`MixedPrecision` picks one.
 
 References
 ----------
@@ -110,6 +111,24 @@ class SchurFactor:
             x[self.B] = zB
         return x
 
+    def whiten(self, x) -> np.ndarray:
+        """The inverse of :meth:`sample`: ``eps`` with ``sample(eps) == x``.
+
+        ``eps_R = L_S^T x_R`` and ``eps_B = C^T (x_B + Q_BB^{-1} Q_BR x_R)``.
+        """
+        L, k, _ = self.Bchol.shape
+        eps = np.empty(self.dim)
+        xB = x[self.B]
+        if self.R.size:
+            xR = x[self.R]
+            eps[L * k :] = self.chol_S.T @ xR
+            xB = xB + self._block_solve(self.QBR @ xR)
+        if k == 1:
+            eps[: L * k] = self.Bchol[:, 0, 0] * xB
+        else:
+            eps[: L * k] = np.einsum("lba,lb->la", self.Bchol, xB.reshape(L, k)).ravel()
+        return eps
+
     def _block_solve(self, v):
         """``Q_BB^{-1} v``; ``Binv`` is the (L, k, k) array of block inverses."""
         L, k, _ = self.Binv.shape
@@ -150,6 +169,10 @@ class DenseFactor:
         x, info = _trtrs(self.chol, eps, lower=1, trans=1)
         return x
 
+    def whiten(self, x) -> np.ndarray:
+        """The inverse of :meth:`sample`: ``L^T x``."""
+        return self.chol.T @ x
+
 
 class SparseFactor:
     """``Q`` as a sparse ``P (I + L) D (I + L)^T P^T`` (QDLDL)."""
@@ -173,6 +196,12 @@ class SparseFactor:
         x = np.empty(n)
         x[perm] = y
         return x
+
+    def whiten(self, x) -> np.ndarray:
+        """The inverse of :meth:`sample`: ``D^{1/2} (I + L)^T P^T x``."""
+        L, d, perm = self.solver.factors()
+        y = np.asarray(x, dtype=float)[perm]
+        return np.sqrt(d) * (y + L.T @ y)
 
 
 class MixedPrecision:

@@ -29,6 +29,7 @@ from ..step_base import (
     _validate_without_shift,
     _warn_user,
 )
+from .adapt import HyperShape, empirical_shape, refit_due
 from .joint import LaplaceJointKernel
 from .kernel import HyperProposal, MixedKernel, MixedState
 from .laplace import hyper_mode
@@ -39,8 +40,11 @@ __all__ = ["MixedSplitGibbs", "has_mixed_terms"]
 #: acceptance rate the random-walk h-moves are tuned towards (Roberts and Rosenthal, 2001)
 WALK_TARGET = 0.3
 #: hyperparameter moves per iteration: an independence move from the Laplace fit of
-#: p(h | y), then a random-walk move
+#: p(h | y) (refitted to the tuning draws), then a random-walk move
 HYPER_MOVES = 2
+#: scale of the independence proposal (a multivariate t_4) relative to the covariance
+#: factor of the fit
+INDEP_SCALE = 1.2
 #: mean acceptance (hyperparameter or coefficient moves) over the first HEALTH_CHECK_DRAW
 #: draws after tuning below which the step warns that it barely moves
 ACCEPT_WARN = 0.05
@@ -57,6 +61,8 @@ class MixedSplitGibbsState(StepMethodState):
     tune: bool
     walk_log_scale: float
     rho_check: Any
+    h_draws: Any
+    shape: Any
 
 
 class MixedSplitGibbs(BaseSplitGibbs):
@@ -93,8 +99,10 @@ class MixedSplitGibbs(BaseSplitGibbs):
 
     The hyperparameters' mode and the inverse Hessian there (exact for a Normal
     likelihood, Laplace otherwise; :func:`pymc_sgs.mixed.laplace.hyper_mode`) are computed
-    once, when the step is built: they shape the proposals and start every chain at a draw
-    from that approximation.
+    once, when the step is built: they start every chain at a draw from that
+    approximation and shape the proposals until tuning has refitted the shape to the
+    chain's own draws (:mod:`pymc_sgs.mixed.adapt`). The random walk's scale is tuned
+    towards acceptance 0.3; scale and shape are frozen when tuning ends.
     """
 
     _state_class = MixedSplitGibbsState
@@ -218,14 +226,19 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.feedback = self._fresh_feedback()
         self.walk_log_scale = 0.0
         self.rho_check = [] if self.split else None
+        # the proposals' shape: the Laplace fit of p(h | y), refitted to the chain's tuning
+        # draws (pymc_sgs.mixed.adapt)
+        self.h_draws = []
+        self.shape = HyperShape(self.mode.h, self.h_chol)
 
     def _proposal(self) -> HyperProposal:
         K = self.problem.hyper_size
         scale = 2.38 / np.sqrt(max(K, 1)) * np.exp(self.walk_log_scale)
+        centre, chol = self.shape
         return HyperProposal(
-            walk_chol=scale * self.h_chol,
-            centre=self.mode.h if K else None,
-            indep_chol=1.2 * self.h_chol if K else None,
+            walk_chol=scale * chol,
+            centre=centre if K else None,
+            indep_chol=INDEP_SCALE * chol if K else None,
             df=4.0,
             moves=HYPER_MOVES,
         )
@@ -261,9 +274,15 @@ class MixedSplitGibbs(BaseSplitGibbs):
             coef_acc = 1.0  # an exact Gibbs draw
         self.state = state
         if self.tune:
-            # Robbins-Monro on the random-walk scale, during tuning only (then frozen)
+            # Robbins-Monro on the random-walk scale, during tuning only (then frozen), on
+            # the walk's own acceptance: the independence moves' is higher, and averaging
+            # both drove the walk towards acceptance 0.01 (contraception)
             t = self.feedback["tune_draws"] = self.feedback["tune_draws"] + 1
-            self.walk_log_scale += (info.hyper_accept - WALK_TARGET) / np.sqrt(t)
+            self.walk_log_scale += (info.walk_accept - WALK_TARGET) / np.sqrt(t)
+            if self.problem.hyper_size:
+                self.h_draws.append(state.h)
+                if refit_due(len(self.h_draws)):
+                    self.shape = empirical_shape(self.h_draws) or self.shape
             if self.rho_check is not None:
                 self.rho_check.append(log_weight)
         if not self.tune:
@@ -307,12 +326,13 @@ class MixedSplitGibbs(BaseSplitGibbs):
             )
 
     def stop_tuning(self):
-        """End of tuning: freeze the random-walk scale; with a fixed rho, check its bias."""
+        """End of tuning: freeze the proposals' scale and shape; with a fixed rho, check its bias."""
         if self.tune and self.rho_check is not None:
             self._check_rho_certificate(
                 origin=None, instead="or pass a smaller rho, or rho='auto' (exact moves, no split)"
             )
         self.tune = False
+        self.h_draws = []
 
 
 def has_mixed_terms(model, vars=None) -> bool:
