@@ -50,9 +50,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
-import scipy.special
 
 from .conditionals import triangular_solve
+from .defensive import heavy_scale, log_mixture_density
 from .rows import MoveDropped
 from .validate import check_bool
 
@@ -345,18 +345,9 @@ class ShiftMove:
     def _log_mixture(self, theta, centre):
         """Log density of the defensive mixture (``tail_weight``) up to ``log |L|``, which the
         two components share."""
-        log_ref = self._log_reference(theta, centre)
-        q = -2.0 * log_ref
-        d, nu = len(theta), self.tail_df
-        log_n = -0.5 * d * np.log(2 * np.pi) + log_ref
-        log_t = (
-            scipy.special.gammaln(0.5 * (nu + d))
-            - scipy.special.gammaln(0.5 * nu)
-            - 0.5 * d * np.log(nu * np.pi)
-            - 0.5 * (nu + d) * np.log1p(q / nu)
+        return log_mixture_density(
+            self._log_reference(theta, centre), len(theta), self.tail_weight, self.tail_df
         )
-        w = self.tail_weight
-        return float(np.logaddexp(np.log1p(-w) + log_n, np.log(w) + log_t))
 
     def _split_change(self, z, delta):
         """``sum_i [U_i(z_i + a_i^T delta) - U_i(z_i)]``, ``z + A delta`` and ``A delta``
@@ -401,8 +392,7 @@ class ShiftMove:
         mix = self.tail_weight > 0.0 and self.beta == 0.0
         heavy = mix and rng.random() < self.tail_weight
         if heavy:
-            # a multivariate t is a Gaussian whose precision is scaled by chi2_nu / nu
-            eps = eps * np.sqrt(self.tail_df / rng.chisquare(self.tail_df))
+            eps = eps * heavy_scale(rng, self.tail_df)
         noise = triangular_solve(self._chol_f, eps, trans=True)
         prop = centre + self.beta * (theta - centre) + np.sqrt(1.0 - self.beta**2) * noise
         delta = prop - theta
