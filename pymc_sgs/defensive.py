@@ -19,6 +19,8 @@ distributions. Technometrics 37(2), 185-194.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.special
 
@@ -33,14 +35,19 @@ def log_mixture_density(log_ref: float, d: int, weight: float, df: float) -> flo
     q = -2.0 * log_ref
     nu = df
     log_n = -0.5 * d * np.log(2 * np.pi) + log_ref
-    log_t = (
+    log_t = _t_constant(d, nu) - 0.5 * (nu + d) * np.log1p(q / nu)
+    w = weight
+    return float(np.logaddexp(np.log1p(-w) + log_n, np.log(w) + log_t))
+
+
+@functools.lru_cache(maxsize=64)
+def _t_constant(d: int, nu: float) -> float:
+    # the same left-to-right sum the density had inline, so its value is unchanged
+    return (
         scipy.special.gammaln(0.5 * (nu + d))
         - scipy.special.gammaln(0.5 * nu)
         - 0.5 * d * np.log(nu * np.pi)
-        - 0.5 * (nu + d) * np.log1p(q / nu)
     )
-    w = weight
-    return float(np.logaddexp(np.log1p(-w) + log_n, np.log(w) + log_t))
 
 
 def heavy_scale(rng: np.random.Generator, df: float) -> float:

@@ -62,6 +62,7 @@ class _Fit(NamedTuple):
     w: np.ndarray  # likelihood curvature of each row at c*(h)
     sds: np.ndarray  # the term sds at h
     slot: int  # which of the precision's two sparse solvers holds the factor
+    half_log_lam: float  # 0.5 log det of the prior precision (its non-zero part)
 
 
 class JointState(NamedTuple):
@@ -164,7 +165,18 @@ class LaplaceJointKernel(MixedKernel):
             return None
         if not (np.all(np.isfinite(mode)) and np.isfinite(factor.logdet)):
             return None
-        return _Fit(np.asarray(h, dtype=float), lam, float(log_prior), mode, factor, w, sds, slot)
+        half_log_lam = 0.5 * float(np.sum(np.log(lam[lam > 0])))
+        return _Fit(
+            np.asarray(h, dtype=float),
+            lam,
+            float(log_prior),
+            mode,
+            factor,
+            w,
+            sds,
+            slot,
+            half_log_lam,
+        )
 
     def scales(self, h) -> np.ndarray:
         """Term sds at ``h``: those of the current fit when it is ``h``'s."""
@@ -185,7 +197,7 @@ class LaplaceJointKernel(MixedKernel):
                 u = float(np.sum(p.family.potential(eta, p.y, p.trials)))
         lam = fit.lam
         val = fit.log_prior - u - 0.5 * float(np.sum(lam * c * c))
-        val += 0.5 * float(np.sum(np.log(lam[lam > 0])))
+        val += fit.half_log_lam
         return val if np.isfinite(val) else -np.inf
 
     def log_q(self, eps, fit: _Fit) -> float:

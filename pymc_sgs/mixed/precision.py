@@ -249,6 +249,7 @@ class MixedPrecision:
         self.method = method
         if method == "dense":
             self._Ad = self.A.toarray()
+            self._diag = np.diag_indices(self.dim)
         elif method == "schur":
             self.B, self.R, self.L, self.k, self._big = B, R, L, k, big
             # with no other grouping factor, R is the common coefficients: A_B^T W A_R is a
@@ -330,7 +331,7 @@ class MixedPrecision:
         lam = np.asarray(lam, dtype=float)
         if self.method == "dense":
             Q = self.G * inv_s2
-            Q[np.diag_indices_from(Q)] += lam
+            Q[self._diag] += lam
             chol, info = _potrf(Q, lower=1, clean=1, overwrite_a=1)
             if info != 0:
                 raise np.linalg.LinAlgError("precision not positive definite")

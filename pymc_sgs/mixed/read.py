@@ -326,25 +326,27 @@ def _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model):
         fn = None
     shapes = [shape_of(r) for r in hyper_rvs]
     sizes = [int(np.prod(s)) for s in shapes]
-    cuts = np.cumsum(sizes)[:-1]
+    ends = np.cumsum(sizes)
+    # evaluated at every proposal: the slicing and the scale lookup are laid out once
+    pieces = [(int(e - z), int(e), s, v.dtype) for e, z, s, v in zip(ends, sizes, shapes, values)]
     by_rv = {r: i for i, r in enumerate(hyper_rvs)}
+    # (output, element) of each term's sd; a scalar scale shared by k terms has one element
+    slots = [(by_rv[rv], j, k) for rv, k, j in scale_slots]
     const_sds = np.asarray(const_sds, dtype=float)
-    dtypes = [v.dtype for v in values]
+    n_sds = len(slots) + const_sds.size
 
     def hyper(h):
         if fn is None:
             return 0.0, const_sds.copy(), float(noise[1]) if noise[1] is not None else np.nan
-        parts = [
-            np.asarray(x.reshape(s), dtype=dt)
-            for x, s, dt in zip(np.split(h, cuts), shapes, dtypes)
-        ]
+        parts = [np.asarray(h[a:b].reshape(s), dtype=dt) for a, b, s, dt in pieces]
         with np.errstate(all="ignore"):
             out = fn(*parts)
         logp, vals = float(out[0]), [np.ravel(np.asarray(v, dtype=float)) for v in out[1:]]
-        sds = np.concatenate(
-            [np.broadcast_to(vals[by_rv[rv]], (k,))[j : j + 1] for rv, k, j in scale_slots]
-            + [const_sds]
-        )
+        sds = np.empty(n_sds)
+        for t, (i, j, k) in enumerate(slots):
+            v = vals[i]
+            sds[t] = v[j] if v.size == k else np.broadcast_to(v, (k,))[j]
+        sds[len(slots) :] = const_sds
         if noise[0] is not None:
             noise_sd = float(vals[by_rv[noise[0]]][0])
         else:
