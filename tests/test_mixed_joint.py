@@ -8,7 +8,8 @@
 * The compiled likelihood pass against numpy's.
 * ``whiten`` and the two sparse solver slots: a proposal's factorization leaves the
   current state's intact.
-* The proposal shape refitted to the tuning draws, frozen afterwards, reset per chain.
+* The proposal shape refitted to the tuning draws, frozen afterwards, reset per chain (same
+  draws for any ``cores``: ``test_mixed_models.test_same_seed_same_draws_for_any_cores``).
 """
 
 from __future__ import annotations
@@ -218,24 +219,3 @@ def test_proposal_shape_is_refitted_in_tuning_frozen_after_and_reset_per_chain()
     # a new chain starts from the Laplace fit again
     step.set_rng(np.random.default_rng(3))
     assert step.shape is not tuned and np.array_equal(step.shape.centre, laplace.centre)
-
-
-@pytest.mark.parametrize("cores", [1, 2])
-def test_tuned_shape_is_part_of_each_chains_state(cores):
-    """Same seed, same draws whether chains run in one process or two (per-chain adaptation)."""
-    model = _glmm(seed=1)
-    draws = []
-    for c in (1, cores):
-        with model:
-            idata = pm.sample(
-                step=pymc_sgs.SplitGibbs(),
-                draws=50,
-                tune=2 * FIRST_REFIT,
-                chains=2,
-                cores=c,
-                random_seed=7,
-                progressbar=False,
-                compute_convergence_checks=False,
-            )
-        draws.append(idata.posterior["tau"].values)
-    np.testing.assert_array_equal(draws[0], draws[1])

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..defensive import heavy_scale, log_mixture_density
 from ..fused import csr_potential_sum, family_code, row_parameter
-from .kernel import HyperProposal, MixedKernel, _t_logpdf_unnorm
+from .kernel import HyperProposal, MixedKernel, accept_prob
 from .laplace import coef_mode
 
 __all__ = ["COEF_TAIL_DF", "COEF_TAIL_WEIGHT", "JointState", "JointInfo", "LaplaceJointKernel"]
@@ -69,7 +69,7 @@ class JointState(NamedTuple):
     h: np.ndarray
     coef: np.ndarray  # deviations from the prior mean
     log_post: float  # log p(y, c, h) + const
-    log_q: float  # log N(c; c*(h), H(h)^-1) + const
+    log_q: float  # log of the coefficient proposal's density at coef (LaplaceJointKernel.log_q)
     eps: np.ndarray  # L(h)^T (coef - c*(h)): the standardised coefficients
 
 
@@ -236,23 +236,14 @@ class LaplaceJointKernel(MixedKernel):
         n_h = proposal.moves if K else 0
         n_walk = 0
         for m in range(n_h):
-            independent = proposal.centre is not None and m % 2 == 0
-            if independent:
-                g = np.sqrt(proposal.df / rng.chisquare(proposal.df))
-                h_new = proposal.centre + g * (proposal.indep_chol @ rng.standard_normal(K))
-                log_qh = _t_logpdf_unnorm(
-                    state.h, proposal.centre, proposal.indep_chol, proposal.df
-                ) - _t_logpdf_unnorm(h_new, proposal.centre, proposal.indep_chol, proposal.df)
-            else:
-                h_new = state.h + proposal.walk_chol @ rng.standard_normal(K)
-                log_qh = 0.0
-                n_walk += 1
+            h_new, log_qh, independent = proposal.draw(m, state.h, rng)
+            n_walk += not independent
             new_fit = self.fit(h_new, fit.mode, slot=1 - fit.slot)
             a = 0.0
             if new_fit is not None:  # else zero prior density: rejected
                 new = self.state_at(new_fit, state.eps)
                 log_ratio = (new.log_post - new.log_q) - (state.log_post - state.log_q) + log_qh
-                a = _accept_prob(log_ratio)
+                a = accept_prob(log_ratio)
                 if np.log(rng.uniform()) < log_ratio:
                     fit, state = new_fit, new
             h_acc += a
@@ -264,7 +255,7 @@ class LaplaceJointKernel(MixedKernel):
                 eps = eps * heavy_scale(rng, self.tail_df)
             new = self.state_at(fit, eps)
             log_ratio = (new.log_post - new.log_q) - (state.log_post - state.log_q)
-            c_acc += _accept_prob(log_ratio)
+            c_acc += accept_prob(log_ratio)
             if np.log(rng.uniform()) < log_ratio:
                 state = new
         self._fit = fit
@@ -274,9 +265,3 @@ class LaplaceJointKernel(MixedKernel):
             c_acc / coef_moves if coef_moves else 1.0,
         )
         return state, info
-
-
-def _accept_prob(log_ratio) -> float:
-    if not np.isfinite(log_ratio):
-        return 0.0 if log_ratio < 0 or np.isnan(log_ratio) else 1.0
-    return 1.0 if log_ratio >= 0 else float(np.exp(log_ratio))

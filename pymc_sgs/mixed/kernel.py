@@ -78,6 +78,30 @@ class HyperProposal(NamedTuple):
     df: float = 4.0
     moves: int = 2
 
+    def draw(self, m: int, h, rng):
+        """Move ``m``'s proposal from ``h``: ``(h_new, log q-ratio, independent)``.
+
+        Even moves are independence moves when there is a centre, the others random-walk
+        moves; the q-ratio ``log q(h) - log q(h_new)`` is 0 for the symmetric walk.
+        """
+        K = h.shape[0]
+        if self.centre is not None and m % 2 == 0:
+            # multivariate t: a normal scaled by sqrt(df / chi2_df)
+            g = np.sqrt(self.df / rng.chisquare(self.df))
+            h_new = self.centre + g * (self.indep_chol @ rng.standard_normal(K))
+            log_qh = _t_logpdf_unnorm(h, self.centre, self.indep_chol, self.df) - _t_logpdf_unnorm(
+                h_new, self.centre, self.indep_chol, self.df
+            )
+            return h_new, log_qh, True
+        return h + self.walk_chol @ rng.standard_normal(K), 0.0, False
+
+
+def accept_prob(log_ratio) -> float:
+    """Metropolis-Hastings acceptance probability ``min(1, exp(log_ratio))``; 0 for nan."""
+    if not np.isfinite(log_ratio):
+        return 0.0 if log_ratio < 0 or np.isnan(log_ratio) else 1.0
+    return 1.0 if log_ratio >= 0 else float(np.exp(log_ratio))
+
 
 def _t_logpdf_unnorm(h, centre, chol, df):
     x = np.linalg.solve(chol, h - centre) if chol.size else np.zeros(0)
@@ -262,28 +286,12 @@ class MixedKernel:
         n_moves = proposal.moves if K else 0
         n_walk = 0
         for m in range(n_moves):
-            independent = proposal.centre is not None and m % 2 == 0
-            if independent:
-                # multivariate t: a normal scaled by sqrt(df / chi2_df)
-                g = np.sqrt(proposal.df / rng.chisquare(proposal.df))
-                h_new = proposal.centre + g * (proposal.indep_chol @ rng.standard_normal(K))
-            else:
-                h_new = cur.h + proposal.walk_chol @ rng.standard_normal(K)
-                n_walk += 1
+            h_new, log_qh, independent = proposal.draw(m, cur.h, rng)
+            n_walk += not independent
             slot = 1 - cur.factored.slot if cur.factored is not None else 1
             prop = self.evaluate(h_new, data, slot=slot)
-            log_ratio = prop.log_post - cur.log_post
-            if independent and np.isfinite(log_ratio):
-                log_ratio += _t_logpdf_unnorm(
-                    cur.h, proposal.centre, proposal.indep_chol, proposal.df
-                ) - _t_logpdf_unnorm(h_new, proposal.centre, proposal.indep_chol, proposal.df)
-            a = (
-                1.0
-                if log_ratio >= 0
-                else float(np.exp(log_ratio))
-                if np.isfinite(log_ratio)
-                else 0.0
-            )
+            log_ratio = (prop.log_post - cur.log_post) + log_qh
+            a = accept_prob(log_ratio)
             accept += a
             walk_accept += 0.0 if independent else a
             if np.log(rng.uniform()) < log_ratio:
