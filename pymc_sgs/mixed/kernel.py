@@ -280,9 +280,21 @@ class MixedKernel:
         cached = self._factored
         if cached is None or not np.array_equal(cached.h, state.h):
             cached = self.factorize(state.h, 0)
-        cur = self.evaluate(state.h, data, factored=cached)
+        coef, h, accept, walk_accept = self.collapsed_block(state.h, data, cached, rng, proposal)
+        lw = self.log_weight(coef) if (self.split and self.log_weights) else 0.0
+        return MixedState(h, coef, z, mode), MixedInfo(accept, walk_accept, lw, n_prop)
+
+    def collapsed_block(self, h, data, factored, rng, proposal: HyperProposal):
+        """``h | data`` by Metropolis-Hastings with the coefficients integrated out, then
+        ``c | h, data`` exactly: ``(coef, h, mean acceptance, mean walk acceptance)``.
+
+        ``data`` is :meth:`data_part`'s ``(A^T W r, r^T W r)`` for the Gaussian linear model
+        the coefficients are in (given ``z``, or the data of a linear mixed model);
+        ``factored`` is :meth:`factorize` of the current ``h``.
+        """
+        cur = self.evaluate(h, data, factored=factored)
         accept = walk_accept = 0.0
-        K = state.h.shape[0]
+        K = h.shape[0]
         n_moves = proposal.moves if K else 0
         n_walk = 0
         for m in range(n_moves):
@@ -303,11 +315,9 @@ class MixedKernel:
             )
         self._factored = cur.factored
         coef = self.draw_coef(cur, rng)
-        lw = self.log_weight(coef) if (self.split and self.log_weights) else 0.0
-        info = MixedInfo(
+        return (
+            coef,
+            cur.h,
             accept / n_moves if n_moves else 1.0,
             walk_accept / n_walk if n_walk else 1.0,
-            lw,
-            n_prop,
         )
-        return MixedState(cur.h, coef, z, mode), info

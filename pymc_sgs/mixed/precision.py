@@ -279,6 +279,14 @@ class MixedPrecision:
         other._set_weights(np.asarray(row_weights, dtype=float))
         return other
 
+    def set_row_weights(self, row_weights) -> None:
+        """Replace ``W`` in place, keeping the sparse solvers (and their symbolic analysis).
+
+        For a sampler whose row weights change every iteration (Pólya-Gamma variables); an
+        object shared with others should be :meth:`reweighted` instead.
+        """
+        self._set_weights(np.asarray(row_weights, dtype=float))
+
     def _set_weights(self, w):
         problem = self.problem
         if self.method == "dense":

@@ -33,6 +33,7 @@ from .adapt import HyperShape, empirical_shape, refit_due
 from .joint import LaplaceJointKernel
 from .kernel import HyperProposal, MixedKernel, MixedState
 from .laplace import hyper_mode
+from .polya_gamma import PolyaGammaKernel, polya_gamma_applies
 from .read import read_mixed_model
 
 __all__ = ["MixedSplitGibbs", "has_mixed_terms"]
@@ -51,6 +52,12 @@ ACCEPT_WARN = 0.05
 #: moves of the coefficients alone per iteration (GLMMs, exact kernel): each costs one
 #: likelihood evaluation, against a factorization for a hyperparameter move
 COEF_MOVES = 3
+#: logistic GLMMs: tuning iterations on the Laplace kernel after which a chain whose
+#: coefficient moves were accepted with mean probability below SWITCH_ACCEPT over the
+#: second half of them changes over to the Pólya-Gamma kernel for good (InstEval: 0.02;
+#: cbpp and Contraception: 0.58)
+PROBE_DRAWS = 50
+SWITCH_ACCEPT = 0.1
 
 
 @dataclass_state
@@ -63,6 +70,7 @@ class MixedSplitGibbsState(StepMethodState):
     rho_check: Any
     h_draws: Any
     shape: Any
+    augmented: Any
 
 
 class MixedSplitGibbs(BaseSplitGibbs):
@@ -79,7 +87,11 @@ class MixedSplitGibbs(BaseSplitGibbs):
       ``(h, coefficients)`` whose coefficient part is the Laplace approximation given the
       proposed ``h``, accepted with the exact Metropolis-Hastings ratio, then moves of the
       coefficients alone (:class:`pymc_sgs.mixed.joint.LaplaceJointKernel`). Exact: there
-      is no split, so no rho and no bias.
+      is no split, so no rho and no bias. A logistic GLMM's chain whose coefficient moves
+      are rarely accepted in tuning (too many coefficients for one Gaussian proposal)
+      changes over to the exact Pólya-Gamma Gibbs kernel
+      (:class:`pymc_sgs.mixed.polya_gamma.PolyaGammaKernel`; ``PROBE_DRAWS``,
+      ``SWITCH_ACCEPT``).
     * GLMMs with a fixed ``rho``: the split model of the paper, ``z | coefficients`` exactly
       and then ``(h, coefficients) | z`` with the coefficients integrated out
       (:class:`~pymc_sgs.mixed.kernel.MixedKernel`); the draws carry importance weights
@@ -95,7 +107,9 @@ class MixedSplitGibbs(BaseSplitGibbs):
     Sampler stats: ``rho`` (nan unless split), ``log_weight`` (``log pi - log pi_rho`` + const
     of every draw when split, else 0), ``z_proposals`` (mean Gaussian proposals per exact
     ``z_i`` draw when split, else nan), ``hyper_accept`` and ``coef_accept`` (mean acceptance
-    probabilities of the hyperparameter and the coefficient moves).
+    probabilities of the hyperparameter and the coefficient moves; 1 for the coefficients'
+    exact Gibbs draws), ``polya_gamma`` (whether the chain has changed over to the
+    Pólya-Gamma kernel).
 
     The hyperparameters' mode and the inverse Hessian there (exact for a Normal
     likelihood, Laplace otherwise; :func:`pymc_sgs.mixed.laplace.hyper_mode`) are computed
@@ -112,6 +126,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
         "z_proposals": (np.float64, []),
         "hyper_accept": (np.float64, []),
         "coef_accept": (np.float64, []),
+        "polya_gamma": (bool, []),
     }
 
     def _setup(
@@ -195,6 +210,11 @@ class MixedSplitGibbs(BaseSplitGibbs):
         else:
             kernel = LaplaceJointKernel(problem)
             self.rho = float("nan") if self.auto_rho else float(rho)
+        # built on a chain's first change-over (PROBE_DRAWS): most models never need it
+        self._pg_kernel = None
+        self.can_augment = (
+            problem.family is not None and self.auto_rho and polya_gamma_applies(problem.family)
+        )
         h0 = mixed.layout.from_point(model.initial_point(), problem.hyper)[0]
         self.mode = hyper_mode(kernel, h0)
         if self.split:
@@ -230,6 +250,31 @@ class MixedSplitGibbs(BaseSplitGibbs):
         # draws (pymc_sgs.mixed.adapt)
         self.h_draws = []
         self.shape = HyperShape(self.mode.h, self.h_chol)
+        # whether this chain has changed over to the Pólya-Gamma kernel
+        self.augmented = False
+
+    @property
+    def pg_kernel(self) -> PolyaGammaKernel:
+        if self._pg_kernel is None:
+            self._pg_kernel = PolyaGammaKernel(self.problem)
+        return self._pg_kernel
+
+    def _active_kernel(self):
+        return self.pg_kernel if self.augmented else self.kernel
+
+    def _change_over(self, state):
+        """Continue the chain on the Pólya-Gamma kernel from the Laplace kernel's state.
+
+        The proposals' shape and walk scale start afresh: the ones tuned on a chain that
+        barely moved would be too narrow.
+        """
+        self.augmented = True
+        self.h_draws = []
+        self.shape = HyperShape(self.mode.h, self.h_chol)
+        self.walk_log_scale = 0.0
+        self.feedback["tune_draws"] = 0
+        coef = state.coef + self.kernel.coef_mean
+        return self.pg_kernel.init(state.h, coef)
 
     def _proposal(self) -> HyperProposal:
         K = self.problem.hyper_size
@@ -262,12 +307,13 @@ class MixedSplitGibbs(BaseSplitGibbs):
             self._check_data = False
         if self.state is None:
             self.state = self._start()
-        if isinstance(self.kernel, LaplaceJointKernel):
-            state, info = self.kernel.step(self.state, self.rng, self._proposal(), COEF_MOVES)
-            coef = state.coef + self.kernel.coef_mean
+        kernel = self._active_kernel()
+        if isinstance(kernel, LaplaceJointKernel):
+            state, info = kernel.step(self.state, self.rng, self._proposal(), COEF_MOVES)
+            coef = state.coef + kernel.coef_mean
             log_weight, z_prop, coef_acc = 0.0, float("nan"), info.coef_accept
         else:
-            state, info = self.kernel.step(self.state, self.rng, self._proposal())
+            state, info = kernel.step(self.state, self.rng, self._proposal())
             coef = state.coef
             log_weight = info.log_weight if self.split else 0.0
             z_prop = info.n_proposals / max(self.problem.n, 1) if self.split else float("nan")
@@ -285,9 +331,17 @@ class MixedSplitGibbs(BaseSplitGibbs):
                     self.shape = empirical_shape(self.h_draws) or self.shape
             if self.rho_check is not None:
                 self.rho_check.append(log_weight)
+            if self.can_augment and not self.augmented and t > PROBE_DRAWS // 2:
+                # the second half of the probe: the first iterations from the mode accept
+                # more than the chain will (InstEval: 0.2 in the first 25, 0.02 after)
+                fb = self.feedback
+                fb["probe_coef_accept"] = fb.get("probe_coef_accept", 0.0) + coef_acc
+                probe = PROBE_DRAWS - PROBE_DRAWS // 2
+                if t == PROBE_DRAWS and fb["probe_coef_accept"] / probe < SWITCH_ACCEPT:
+                    state = self.state = self._change_over(state)
         if not self.tune:
             self._check_acceptance(info.hyper_accept, coef_acc)
-        sds = self.kernel.scales(state.h)
+        sds = kernel.scales(state.h)
         new = dict(point)
         new.update(self.mixed.layout.to_point(state.h, coef, sds))
         stats = {
@@ -296,6 +350,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
             "z_proposals": float(z_prop),
             "hyper_accept": float(info.hyper_accept),
             "coef_accept": float(coef_acc),
+            "polya_gamma": bool(self.augmented),
         }
         return new, [stats]
 
@@ -304,7 +359,9 @@ class MixedSplitGibbs(BaseSplitGibbs):
 
         The Gaussian proposal of the coefficients degrades with the number of coefficients
         and with how far the likelihood is from Gaussian: on lme4's InstEval as a logistic
-        GLMM (4,124 coefficients) its acceptance was 0.02 (benchmarks/results/mixed_insteval.md).
+        GLMM (4,124 coefficients) its acceptance was 0.02. A logistic GLMM's chain changes
+        over to the Pólya-Gamma kernel then (with at least PROBE_DRAWS tuning iterations);
+        a Poisson GLMM's has no such alternative.
         """
         fb = self.feedback
         fb["draws"] += 1
