@@ -257,7 +257,8 @@ class SplitGibbs(BaseSplitGibbs):
             if has_categorical_likelihood(kwargs.get("model")):
                 return CategoricalSplitGibbs(*args, **kwargs)
             vars_ = kwargs.get("vars", args[0] if args else None)
-            if has_mixed_terms(pm.modelcontext(kwargs.get("model")), vars_):
+            rho = kwargs.get("rho", "auto")
+            if has_mixed_terms(pm.modelcontext(kwargs.get("model")), vars_, rho=rho):
                 return MixedSplitGibbs(*args, **kwargs)
         return super().__new__(cls, *args, **kwargs)
 

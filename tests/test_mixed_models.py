@@ -177,9 +177,10 @@ def test_correlated_effects_are_refused_with_what_to_use():
     assert "NUTS" in msg
 
 
-def test_free_dispersion_stays_with_the_glm_path():
-    """A NegativeBinomial alpha is not yet moved with the coefficients: the GLM path (its
-    slice sampler, the scale by NUTS) samples such models, as before."""
+def test_free_dispersion_moves_with_the_mixed_model():
+    """A NegativeBinomial alpha joins the hyperparameters of the mixed-model step (its
+    sampling is checked against quadrature in test_mixed_dispersion.py); with a fixed rho
+    the GLM path samples it."""
     g, x, y = grouped_data(family="poisson")
     with pm.Model():
         tau = pm.HalfNormal("tau", 1)
@@ -188,8 +189,15 @@ def test_free_dispersion_stays_with_the_glm_path():
         mu = pm.math.exp(pm.Normal("b0", 0, 3) + u[g])
         pm.NegativeBinomial("y", mu=mu, alpha=alpha, observed=y)
         step = pymc_sgs.SplitGibbs()
-    assert not isinstance(step, MixedSplitGibbs)
-    assert "alpha_log__" in {v.name for v in step.vars}
+        assert isinstance(step, MixedSplitGibbs)
+        assert "alpha_log__" in {v.name for v in step.vars}
+        assert step.problem.hyper_size == 2
+        # a fixed rho: the GLM path's split model samples alpha (the scale by NUTS), as before
+        glm = pymc_sgs.SplitGibbs(rho=0.5)
+        assert not isinstance(glm, MixedSplitGibbs)
+        assert "alpha_log__" in {v.name for v in glm.vars}
+        with pytest.raises(ValueError, match="rho='auto'"):
+            MixedSplitGibbs(rho=0.5)
 
 
 def test_options_that_do_not_apply_are_refused():

@@ -42,7 +42,7 @@ import numpy as np
 from ..defensive import heavy_scale, log_mixture_density
 from ..fused import csr_potential_sum, family_code, row_parameter
 from .kernel import HyperProposal, MixedKernel, accept_prob
-from .laplace import coef_mode
+from .laplace import coef_mode, likelihood_constant
 
 __all__ = ["COEF_TAIL_DF", "COEF_TAIL_WEIGHT", "JointState", "JointInfo", "LaplaceJointKernel"]
 
@@ -63,6 +63,9 @@ class _Fit(NamedTuple):
     sds: np.ndarray  # the term sds at h
     slot: int  # which of the precision's two sparse solvers holds the factor
     half_log_lam: float  # 0.5 log det of the prior precision (its non-zero part)
+    family: object  # the likelihood family at h (its nuisance parameters may be part of h)
+    lik_const: float  # the z-free part of log p(y | c) at h's nuisance parameters (else 0)
+    row_param: np.ndarray | None  # the compiled pass's row parameter at h (None: the fixed one)
 
 
 class JointState(NamedTuple):
@@ -118,14 +121,21 @@ class LaplaceJointKernel(MixedKernel):
                 row_parameter(problem.family, problem.trials, problem.n),
             )
 
-    def set_reference(self, coef, row_weights=None) -> None:
+    def set_reference(self, coef, row_weights=None, reference_h=None) -> None:
         """Use one Newton step from ``coef`` (deviations) with the curvature there.
 
         The proposal for ``h`` is then ``N(c0 - H(h)^-1 grad(c0; h), H(h)^-1)`` with
         ``H(h) = A^T W0 A + Lambda(h)``: a deterministic function of ``h`` (so the
         Metropolis-Hastings ratio stays exact) that costs one factorization, against a
         Newton solve for the exact conditional mode. ``coef`` is the conditional mode at the
-        hyperparameters' mode, where the two coincide. None restores the Newton solve.
+        hyperparameters' mode ``reference_h``, where the two coincide. None restores the
+        Newton solve.
+
+        With free nuisance parameters (NegativeBinomial ``alpha``, Gamma ``shape``) in ``h``,
+        the gradient at ``c0`` is recomputed at each ``h``'s parameters (one pass over the
+        rows) and ``A^T W0 A`` is scaled by the ratio of the rows' total curvature at ``c0``
+        to that at ``reference_h`` (exact for the Gamma, whose curvature is proportional to
+        its shape): still a deterministic function of ``h``.
         """
         if coef is None:
             self._reference = None
@@ -138,8 +148,10 @@ class LaplaceJointKernel(MixedKernel):
             if row_weights is None
             else row_weights
         )
-        g0 = self.AT @ p.family.grad(eta, p.y, p.trials)
-        self._reference = (c0, np.asarray(w0, dtype=float), g0, self.precision.reweighted(w0))
+        fam0 = p.family if reference_h is None else p.family_at(reference_h)
+        g0 = self.AT @ fam0.grad(eta, p.y, p.trials)
+        w0 = np.asarray(w0, dtype=float)
+        self._reference = (c0, w0, g0, self.precision.reweighted(w0), eta, float(np.sum(w0)))
         self._fit = None
 
     def fit(self, h, c0=None, slot: int = 0):
@@ -152,20 +164,36 @@ class LaplaceJointKernel(MixedKernel):
         if prior is None:
             return None
         log_prior, sds, _, lam = prior
+        p = self.problem
+        free_params = p.family_params is not None
+        family = p.family_at(h) if free_params else p.family
+        if family is None:
+            return None
         try:
             # an extreme proposal (an sd of 1e-150) may overflow: it is rejected below
             with np.errstate(over="ignore", invalid="ignore"):
                 if self._reference is not None:
-                    c_ref, w, g0, prec = self._reference
-                    factor = prec.factor(lam, 1.0, slot)
+                    c_ref, w, g0, prec, eta0, w0_sum = self._reference
+                    scale = 1.0
+                    if free_params:
+                        g0 = self.AT @ family.grad(eta0, p.y, p.trials)
+                        scale = float(np.sum(family.hess(eta0, p.y, p.trials))) / w0_sum
+                    factor = prec.factor(lam, scale, slot)
                     mode = c_ref - factor.solve(g0 + lam * c_ref)
                 else:
-                    mode, _, factor, w = coef_mode(self, lam, c0)
+                    mode, _, factor, w = coef_mode(self, lam, c0, family=family)
         except np.linalg.LinAlgError:
             return None
         if not (np.all(np.isfinite(mode)) and np.isfinite(factor.logdet)):
             return None
         half_log_lam = 0.5 * float(np.sum(np.log(lam[lam > 0])))
+        lik_const, row_param = 0.0, None
+        if free_params:
+            lik_const = likelihood_constant(family, p.y, p.trials)
+            if not np.isfinite(lik_const):
+                return None
+            if self._compiled is not None:
+                row_param = row_parameter(family, p.trials, p.n)
         return _Fit(
             np.asarray(h, dtype=float),
             lam,
@@ -176,6 +204,9 @@ class LaplaceJointKernel(MixedKernel):
             sds,
             slot,
             half_log_lam,
+            family,
+            lik_const,
+            row_param,
         )
 
     def scales(self, h) -> np.ndarray:
@@ -186,18 +217,26 @@ class LaplaceJointKernel(MixedKernel):
         return self.hyper_values(h)[1]
 
     def log_joint(self, fit: _Fit, c) -> float:
-        """``log p(y | c) + log N(c; 0, Lambda^-1) + log p(h)`` up to a constant."""
+        """``log p(y | c) + log N(c; 0, Lambda^-1) + log p(h)`` up to a constant.
+
+        The likelihood's ``z``-free part counts only when ``h`` holds its nuisance
+        parameters (:func:`pymc_sgs.mixed.laplace.likelihood_constant`).
+        """
         p = self.problem
         if self._compiled is not None:
             code, indptr, indices, data, offset, y, t = self._compiled
+            if fit.row_param is not None:
+                t = fit.row_param
             u = csr_potential_sum(code, indptr, indices, data, c, offset, y, t)
         else:
             eta = self.A @ c + self.offset
             with np.errstate(over="ignore", invalid="ignore"):
-                u = float(np.sum(p.family.potential(eta, p.y, p.trials)))
+                u = float(np.sum(fit.family.potential(eta, p.y, p.trials)))
         lam = fit.lam
         val = fit.log_prior - u - 0.5 * float(np.sum(lam * c * c))
         val += fit.half_log_lam
+        if p.family_params is not None:
+            val += fit.lik_const
         return val if np.isfinite(val) else -np.inf
 
     def log_q(self, eps, fit: _Fit) -> float:

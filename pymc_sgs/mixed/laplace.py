@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.optimize
 
-__all__ = ["MixedMode", "coef_mode", "hyper_mode", "log_marginal"]
+__all__ = ["MixedMode", "coef_mode", "hyper_mode", "likelihood_constant", "log_marginal"]
 
 
 class MixedMode(NamedTuple):
@@ -28,28 +28,36 @@ class MixedMode(NamedTuple):
     row_weights: np.ndarray | None  # likelihood curvature of each row at that mode (GLMMs)
 
 
-def _potential(kernel, eta):
-    p = kernel.problem
-    return float(np.sum(p.family.potential(eta, p.y, p.trials)))
+def likelihood_constant(family, y, trials=None) -> float:
+    """``log p(y | eta) + U(eta)`` summed over the rows: the part of the log-likelihood the
+    potential leaves out. It depends on the family's nuisance parameters only (NegativeBinomial
+    ``alpha``, Gamma ``shape``), so it counts where they are sampled."""
+    z = np.zeros(np.shape(y))
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = float(np.sum(family.log_likelihood(z, y, trials) + family.potential(z, y, trials)))
+    return v if np.isfinite(v) else -np.inf
 
 
-def coef_mode(kernel, lam, c0=None, *, tol=1e-9, max_iter=100):
+def coef_mode(kernel, lam, c0=None, *, family=None, tol=1e-9, max_iter=100):
     """Conditional mode of the coefficient deviations of a GLMM at prior precision ``lam``.
 
-    Returns ``(c, objective, factor of the Hessian, row curvatures)``.
+    ``family`` is the likelihood at the hyperparameters (default the problem's). Returns
+    ``(c, objective, factor of the Hessian, row curvatures)``.
     """
     p = kernel.problem
+    fam = p.family if family is None else family
     A = kernel.A
     c = np.zeros(kernel.dim) if c0 is None else np.array(c0, dtype=float)
 
     def objective(c):
         eta = A @ c + kernel.offset
-        return _potential(kernel, eta) + 0.5 * float(np.sum(lam * c * c)), eta
+        u = float(np.sum(fam.potential(eta, p.y, p.trials)))
+        return u + 0.5 * float(np.sum(lam * c * c)), eta
 
     obj, eta = objective(c)
     for _ in range(max_iter):
-        w = np.maximum(p.family.hess(eta, p.y, p.trials), 0.0)
-        grad = kernel.AT @ p.family.grad(eta, p.y, p.trials) + lam * c
+        w = np.maximum(fam.hess(eta, p.y, p.trials), 0.0)
+        grad = kernel.AT @ fam.grad(eta, p.y, p.trials) + lam * c
         factor = kernel.precision.reweighted(w).factor(lam, 1.0)
         step = factor.solve(grad)
         dec = float(grad @ step)
@@ -66,7 +74,7 @@ def coef_mode(kernel, lam, c0=None, *, tol=1e-9, max_iter=100):
         c, obj, eta = c_new, obj_new, eta_new
         if dec < tol * (1.0 + abs(obj)) or t < 1e-10:
             break
-    w = np.maximum(p.family.hess(eta, p.y, p.trials), 0.0)
+    w = np.maximum(fam.hess(eta, p.y, p.trials), 0.0)
     factor = kernel.precision.reweighted(w).factor(lam, 1.0)
     return c, obj, factor, w
 
@@ -76,12 +84,17 @@ def _log_post_laplace(kernel, h, cache):
     if prior is None:
         return -np.inf
     log_prior, _, _, lam = prior
+    p = kernel.problem
+    family = p.family_at(h)
+    if family is None:
+        return -np.inf
+    const = 0.0 if p.family_params is None else likelihood_constant(family, p.y, p.trials)
     try:
-        c, obj, factor, _ = coef_mode(kernel, lam, cache.get("c"))
+        c, obj, factor, _ = coef_mode(kernel, lam, cache.get("c"), family=family)
     except np.linalg.LinAlgError:
         return -np.inf
     cache["c"] = c
-    return float(log_prior - obj + 0.5 * np.sum(np.log(lam[lam > 0])) - 0.5 * factor.logdet)
+    return float(log_prior - obj + const + 0.5 * np.sum(np.log(lam[lam > 0])) - 0.5 * factor.logdet)
 
 
 def log_marginal(kernel, h, cache=None) -> float:
@@ -132,7 +145,7 @@ def hyper_mode(kernel, h0) -> MixedMode:
     _, sds, _ = kernel.hyper_values(h)
     lam = kernel.prior_precision(sds)
     if kernel.split:
-        c, _, _, w = coef_mode(kernel, lam, cache.get("c"))
+        c, _, _, w = coef_mode(kernel, lam, cache.get("c"), family=kernel.problem.family_at(h))
     else:
         ev = kernel.evaluate(h, kernel.data_part(None))
         c, w = ev.mean, None

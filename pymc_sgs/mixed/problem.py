@@ -60,7 +60,7 @@ class MixedProblem:
     ``hyper(h)`` maps the unconstrained hyperparameter vector ``h`` (the model's own value
     variables: log of a HalfNormal scale, ...) to ``(log prior density including the
     Jacobian, term sds, observation sd)``; the observation sd is used only when
-    ``family`` is None. ``beta_precision`` is the diagonal of the common coefficients'
+    ``family`` is None (:meth:`family_at` gives the family at ``h``). ``beta_precision`` is the diagonal of the common coefficients'
     prior precision (0 for a flat prior).
     """
 
@@ -74,6 +74,19 @@ class MixedProblem:
     hyper_size: int
     family: Family | None = None
     trials: np.ndarray | None = None
+    #: ``h -> {name: value}`` of the likelihood's free nuisance parameters (NegativeBinomial
+    #: ``alpha``, Gamma ``shape``), which are then part of ``h``; None when they are fixed
+    family_params: Callable | None = None
+
+    def family_at(self, h) -> Family | None:
+        """The likelihood family at hyperparameters ``h``; None where its parameters are
+        not valid (not positive and finite)."""
+        if self.family_params is None:
+            return self.family
+        try:
+            return self.family.bind(**self.family_params(np.asarray(h, dtype=float)))
+        except ValueError:
+            return None
 
     @property
     def n(self) -> int:

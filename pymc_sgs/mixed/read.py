@@ -72,13 +72,15 @@ def _index_nodes(eta, model):
     return find_outermost(eta, free, matches)
 
 
-def group_hyperparameters(model) -> list:
+def group_hyperparameters(model, free_dispersion: bool = True) -> list:
     """The free scales and means of group coefficients ``u[g]`` (empty: no mixed model).
 
     ``u[g]`` with ``u ~ Normal(mu, tau)`` and ``tau`` (or ``mu``) free, or a non-centred
     product ``tau * offset[g]``. Group coefficients with a fixed prior are ordinary
     coefficients of a GLM and stay with :class:`pymc_sgs.SplitGibbs`'s GLM path. A cheap
     test; the full reading (and its messages) is :func:`read_mixed_model`.
+    ``free_dispersion=False`` leaves out likelihoods with a free dispersion or shape
+    parameter (the GLM path takes those).
     """
     found = []
     if len(model.observed_RVs) != 1:
@@ -88,7 +90,7 @@ def group_hyperparameters(model) -> list:
             term = classify_observed(rv, model)
         except UnsupportedModelError:
             continue
-        if term is None or not _likelihood_supported(term, model):
+        if term is None or not _likelihood_supported(term, model, free_dispersion):
             # free dispersion / shape parameters, non-log-concave likelihoods: the GLM path
             # (centred group terms, scales updated by NUTS) samples them
             continue
@@ -101,8 +103,9 @@ def group_hyperparameters(model) -> list:
     return found
 
 
-def _likelihood_supported(term, model) -> bool:
-    """Normal, or a log-concave split family with no free dispersion/shape parameter."""
+def _likelihood_supported(term, model, free_dispersion: bool = True) -> bool:
+    """Normal, or a log-concave split family (its dispersion/shape parameters data, or free
+    if ``free_dispersion``)."""
     if term.kind == "gaussian":
         sig = _strip(term.sigma)
         if sig in set(model.free_RVs):
@@ -110,7 +113,9 @@ def _likelihood_supported(term, model) -> bool:
         return _is_const(term.sigma, model) and np.size(value_of(term.sigma)) == 1
     if term.kind != "split" or not getattr(term.family, "log_concave", False):
         return False
-    return not (term.nuisance and free_rvs_in(list(term.nuisance.values()), model))
+    return free_dispersion or not (
+        term.nuisance and free_rvs_in(list(term.nuisance.values()), model)
+    )
 
 
 @dataclass(frozen=True)
@@ -356,6 +361,66 @@ def _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model):
     return hyper
 
 
+def _family_parameters(term, obs, model):
+    """``({name: value}, {name: graph})``: the likelihood's fixed and free nuisance parameters.
+
+    A free one (NegativeBinomial ``alpha``, Gamma ``shape``) must be a scalar function of
+    scalar free variables whose priors are fixed; they join the hyperparameters and move
+    with the coefficients.
+    """
+    fixed, free_ = {}, {}
+    for key, graph in (term.nuisance or {}).items():
+        deps = free_rvs_in([graph], model)
+        if not deps:
+            v = np.asarray(value_of(graph), dtype=float)
+            if v.size != 1:
+                raise UnsupportedModelError(
+                    f"observed variable {obs.name!r}: its {dist_name(obs)} {key} must be one "
+                    f"number in a mixed model; received shape {v.shape}. Sample this model "
+                    f"with {NUTS}."
+                )
+            fixed[key] = float(v.ravel()[0])
+            continue
+        bad = [
+            r.name
+            for r in deps
+            if int(np.prod(shape_of(r))) != 1 or free_rvs_in(r.owner.inputs[2:], model)
+        ]
+        if bad or int(np.prod(shape_of(graph))) != 1:
+            raise UnsupportedModelError(
+                f"observed variable {obs.name!r}: its {dist_name(obs)} {key} must be data or a "
+                f"function of scalar free variables with fixed priors in a mixed model; "
+                f"received a function of {sorted(r.name for r in deps)}"
+                + (f" ({bad} not scalar or with a hierarchical prior)" if bad else "")
+                + f".{term.nuisance_hint} Otherwise sample this model with {NUTS}."
+            )
+        free_[key] = graph
+    return fixed, free_
+
+
+def _parameter_function(hyper_rvs, free_params, model):
+    """Compile ``h -> {name: value}`` for the likelihood's free nuisance parameters."""
+    values = [model.rvs_to_values[r] for r in hyper_rvs]
+    names = list(free_params)
+    outs = model.replace_rvs_by_values([free_params[k] for k in names])
+    fn = pytensor.function(values, outs, on_unused_input="ignore")
+    fn.trust_input = True
+    sizes = [int(np.prod(shape_of(r))) for r in hyper_rvs]
+    ends = np.cumsum(sizes)
+    pieces = [
+        (int(e - z), int(e), shape_of(r), v.dtype)
+        for e, z, r, v in zip(ends, sizes, hyper_rvs, values)
+    ]
+
+    def family_params(h):
+        parts = [np.asarray(h[a:b].reshape(sh), dtype=dt) for a, b, sh, dt in pieces]
+        with np.errstate(all="ignore"):
+            out = fn(*parts)
+        return {k: float(np.asarray(v, dtype=float).reshape(())) for k, v in zip(names, out)}
+
+    return family_params
+
+
 def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     """Describe the mixed model in ``model`` (see the module docstring).
 
@@ -384,14 +449,6 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
             raise UnsupportedModelError(
                 f"observed variable {obs.name!r}: the {dist_name(obs)} likelihood is not yet "
                 f"supported in mixed models by SplitGibbs. Sample this model with {NUTS}."
-            )
-        nuis_free = free_rvs_in(list(term.nuisance.values()), model) if term.nuisance else []
-        if nuis_free:
-            raise UnsupportedModelError(
-                f"observed variable {obs.name!r}: its {dist_name(obs)} dispersion/shape parameter "
-                f"{[r.name for r in nuis_free]} is free; the mixed-model sampler does not yet "
-                f"update dispersion parameters with the coefficients. Fix it, or sample this "
-                f"model with {NUTS}."
             )
     elif term.kind != "gaussian":
         raise UnsupportedModelError(
@@ -446,6 +503,12 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     for s in sources:
         if s.scale is not None and s.scale not in hyper_rvs:
             hyper_rvs.append(s.scale)
+    const_params, free_params = {}, {}
+    if term.kind == "split":
+        const_params, free_params = _family_parameters(term, obs, model)
+        for r in free_rvs_in(list(free_params.values()), model):
+            if r not in hyper_rvs:
+                hyper_rvs.append(r)
     noise = (None, None)
     if term.kind == "gaussian":
         sig = _strip(term.sigma)
@@ -519,6 +582,19 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     replace = {gv: ph for gv, ph in zip(group_vars, placeholders)}
     common_values = [model.rvs_to_values[r] for r in common]
     replace.update({r: v for r, v in zip(common, common_values)})
+    nuisance_deps = free_rvs_in(list(free_params.values()), model) if free_params else []
+    if nuisance_deps:
+        # the mean does not depend on them (checked numerically below): any valid value will
+        # do, the model's initial point is one
+        at_start = model.compile_fn(
+            nuisance_deps, inputs=model.value_vars, on_unused_input="ignore", point_fn=True
+        )(model.initial_point())
+        replace.update(
+            {
+                r: pytensor.tensor.constant(np.asarray(v, dtype=r.dtype))
+                for r, v in zip(nuisance_deps, at_start)
+            }
+        )
     outs = [eta]
     split = term.kind == "split"
     if split:
@@ -680,6 +756,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
 
     hyper_size = int(sum(int(np.prod(shape_of(r))) for r in hyper_rvs))
     hyper = _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model)
+    family_params = _parameter_function(hyper_rvs, free_params, model) if free_params else None
     trials = None
     family = None
     if split:
@@ -689,7 +766,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
                     f"observed variable {obs.name!r}: the number of trials must be data."
                 )
             trials = np.broadcast_to(np.asarray(value_of(term.trials), dtype=float), (n,)).copy()
-        family = term.family()
+        family = term.family().bind(**const_params)
         family.validate(y, trials, obs.name)
     problem = MixedProblem(
         y=y,
@@ -702,6 +779,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
         hyper_size=hyper_size,
         family=family,
         trials=trials,
+        family_params=family_params,
     )
     entries = []
     for r in common:

@@ -54,10 +54,12 @@ ACCEPT_WARN = 0.05
 COEF_MOVES = 3
 #: logistic GLMMs: tuning iterations on the Laplace kernel after which a chain whose
 #: coefficient moves were accepted with mean probability below SWITCH_ACCEPT over the
-#: second half of them changes over to the Pólya-Gamma kernel for good (InstEval: 0.02;
-#: cbpp and Contraception: 0.58)
+#: second half of them changes over to the Pólya-Gamma kernel for good. InstEval: 0.02 to
+#: 0.10 from chain to chain, with no mixing (a threshold of 0.1 left one of two chains
+#: stuck, R-hat 1.37); cbpp and Contraception: 0.58, where the Laplace kernel's ESS was
+#: 1.3x (Contraception) to 2x (cbpp) the Pólya-Gamma kernel's from the same draws
 PROBE_DRAWS = 50
-SWITCH_ACCEPT = 0.1
+SWITCH_ACCEPT = 0.3
 
 
 @dataclass_state
@@ -83,7 +85,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
       the hyperparameters ``h`` take Metropolis moves on ``p(h | y)``, and the
       coefficients are drawn from their Gaussian conditional
       (:class:`pymc_sgs.mixed.kernel.MixedKernel`). Exact.
-    * Bernoulli, Binomial, Poisson (GLMMs), ``rho="auto"`` (the default): joint moves of
+    * Bernoulli, Binomial, Poisson, NegativeBinomial, Gamma (GLMMs; a free ``alpha`` or
+      shape is one of the hyperparameters), ``rho="auto"`` (the default): joint moves of
       ``(h, coefficients)`` whose coefficient part is the Laplace approximation given the
       proposed ``h``, accepted with the exact Metropolis-Hastings ratio, then moves of the
       coefficients alone (:class:`pymc_sgs.mixed.joint.LaplaceJointKernel`). Exact: there
@@ -204,6 +207,14 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.vars = owned
         self.log_weights = bool(log_weights)
         self.split = problem.family is not None and not self.auto_rho
+        if self.split and problem.family_params is not None:
+            # SplitGibbs(...) sends such models to the GLM path; only a direct construction
+            # of this class arrives here
+            raise ValueError(
+                f"rho={rho!r}: the split model of a mixed model keeps the likelihood's "
+                f"{problem.family.name} {', '.join(problem.family.nuisance)} fixed, and this "
+                "model samples it. Use rho='auto' (the default: exact joint moves, no split)."
+            )
         if problem.family is None:
             kernel = MixedKernel(problem)
             self.rho = float("nan")
@@ -220,7 +231,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
         if self.split:
             kernel = MixedKernel(problem, rho=self.rho, log_weights=self.log_weights)
         elif problem.family is not None:
-            kernel.set_reference(self.mode.coef, self.mode.row_weights)
+            kernel.set_reference(self.mode.coef, self.mode.row_weights, self.mode.h)
         self.kernel = kernel
         K = problem.hyper_size
         if K:
@@ -392,17 +403,20 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.h_draws = []
 
 
-def has_mixed_terms(model, vars=None) -> bool:
-    """Whether ``SplitGibbs(vars, ...)`` builds :class:`MixedSplitGibbs` for ``model``.
+def has_mixed_terms(model, vars=None, rho="auto") -> bool:
+    """Whether ``SplitGibbs(vars, rho=rho, ...)`` builds :class:`MixedSplitGibbs` for ``model``.
 
     Yes when group coefficients have a free scale (or mean), unless ``vars`` leaves those
     hyperparameters out: then the GLM path samples the coefficients and PyMC assigns the
-    scales to NUTS, as before this step existed.
+    scales to NUTS, as before this step existed. A likelihood with a free dispersion or
+    shape parameter takes the mixed-model step only with ``rho="auto"`` (its exact joint
+    moves sample the parameter); with a fixed ``rho`` the GLM path's split model samples it,
+    as before the mixed-model step could.
     """
     from ..graph import user_theta_rvs
     from .read import group_hyperparameters
 
-    hyper = group_hyperparameters(model)
+    hyper = group_hyperparameters(model, free_dispersion=isinstance(rho, str) and rho == "auto")
     if not hyper:
         return False
     if vars is None:
