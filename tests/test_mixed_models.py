@@ -44,6 +44,10 @@ def lmm(form, family="normal", seed=0):
         elif form == "noncentred":
             u_raw = pm.Normal("u_raw", 0, 1, shape=N_GROUPS)
             eta = b0 + b1 * x + (tau * u_raw)[g]
+        elif form == "noncentred-indexed":
+            # the scale multiplies the indexed offsets: tau * u_raw[g]
+            u_raw = pm.Normal("u_raw", 0, 1, shape=N_GROUPS)
+            eta = b0 + b1 * x + tau * u_raw[g]
         elif form == "mean":
             # u ~ Normal(m, tau): the hierarchical mean is the intercept
             u = pm.Normal("u", b0, tau, shape=N_GROUPS)
@@ -58,8 +62,8 @@ def lmm(form, family="normal", seed=0):
     return model
 
 
-@pytest.mark.parametrize("form", ["centred", "noncentred", "mean"])
-def test_the_three_pymc_forms_read_as_the_same_problem(form):
+@pytest.mark.parametrize("form", ["centred", "noncentred", "noncentred-indexed", "mean"])
+def test_the_pymc_forms_read_as_the_same_problem(form):
     ref = read_mixed_model(lmm("centred")).problem
     got = read_mixed_model(lmm(form)).problem
     assert got.dim == ref.dim and got.hyper_size == ref.hyper_size
@@ -68,6 +72,31 @@ def test_the_three_pymc_forms_read_as_the_same_problem(form):
     np.testing.assert_allclose(t_got.values, t_ref.values)
     # the hierarchical mean's column is the intercept's: 1 for every row
     np.testing.assert_allclose(np.sort(got.X, axis=1), np.sort(ref.X, axis=1))
+
+
+def test_scale_times_indexed_offsets_samples_as_the_indexed_product():
+    """``tau * u_raw[g]`` is ``(tau * u_raw)[g]``: the same draws, the same variables."""
+    draws = {}
+    for form in ("noncentred", "noncentred-indexed"):
+        with lmm(form, family="bernoulli"):
+            step = pymc_sgs.SplitGibbs()
+            assert isinstance(step, MixedSplitGibbs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                idata = pm.sample(
+                    step=step,
+                    draws=40,
+                    tune=60,
+                    chains=1,
+                    random_seed=8,
+                    progressbar=False,
+                    compute_convergence_checks=False,
+                )
+        draws[form] = idata.posterior
+    for v in ("u_raw", "tau", "b0", "b1"):
+        np.testing.assert_array_equal(
+            draws["noncentred"][v].values, draws["noncentred-indexed"][v].values
+        )
 
 
 def test_the_layout_maps_back_to_each_form():

@@ -24,6 +24,11 @@ import pymc as pm
 import pytensor
 from pytensor.compile.ops import ViewOp
 from pytensor.graph.replace import clone_replace
+
+try:  # moved in pytensor 2.32; the old location warns
+    from pytensor.graph.traversal import io_toposort
+except ImportError:  # pragma: no cover - older pytensor
+    from pytensor.graph.basic import io_toposort
 from pytensor.scalar.basic import Mul
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.random.basic import MvNormalRV, NormalRV
@@ -72,6 +77,68 @@ def _index_nodes(eta, model):
     return find_outermost(eta, free, matches)
 
 
+def _hoist_scales(graphs, model):
+    """Rewrite ``tau * offset[g]`` as ``(tau * offset)[g]`` in ``graphs`` (same values).
+
+    Users write the non-centred term both ways; the reading below recognises the second
+    (Bambi's). Only a scalar free ``tau`` and a vector ``offset ~ Normal(0, 1)`` indexed by
+    constant integers are rewritten; anything else is left as it is.
+    """
+    free = set(model.free_RVs)
+
+    def unit_offset(x):
+        if x in free and isinstance(x.owner.op, NormalRV) and x.ndim == 1:
+            mu, sd = x.owner.inputs[2:]
+            if _is_const(mu, model) and _is_const(sd, model):
+                return bool(np.all(value_of(mu) == 0) and np.all(value_of(sd) == 1))
+        return False
+
+    replace = {}
+    for node in io_toposort([], [g for g in graphs if g is not None]):
+        if not (
+            isinstance(node.op, Elemwise)
+            and isinstance(node.op.scalar_op, Mul)
+            and len(node.inputs) == 2
+        ):
+            continue
+        for idx_side, sc_side in ((0, 1), (1, 0)):
+            indexed = _strip(node.inputs[idx_side])
+            scale = _strip(node.inputs[sc_side])
+            inner = indexed.owner
+            if (
+                inner is not None
+                and isinstance(inner.op, _INDEX_OPS)
+                and len(inner.inputs) == 2
+                and not free_rvs_in([inner.inputs[1]], model)
+                and unit_offset(_strip(inner.inputs[0]))
+                and scale in free
+                and int(np.prod(shape_of(scale))) == 1
+                and indexed.type.shape == node.outputs[0].type.shape
+            ):
+                src = _strip(inner.inputs[0])
+                replace[node.outputs[0]] = (scale * src)[inner.inputs[1]]
+                break
+    if not replace:
+        return list(graphs)
+    # rebuild only the nodes between a replacement and the outputs: the model's own random
+    # variables must stay the same objects (clone_replace would copy them)
+    memo = dict(replace)
+
+    def rebuild(var):
+        if var in memo:
+            return memo[var]
+        node = var.owner
+        out = var
+        if node is not None:
+            inputs = [rebuild(i) for i in node.inputs]
+            if any(a is not b for a, b in zip(inputs, node.inputs)):
+                out = node.clone_with_new_inputs(inputs).outputs[node.outputs.index(var)]
+        memo[var] = out
+        return out
+
+    return [None if g is None else rebuild(g) for g in graphs]
+
+
 def group_hyperparameters(model, free_dispersion: bool = True) -> list:
     """The free scales and means of group coefficients ``u[g]`` (empty: no mixed model).
 
@@ -94,7 +161,8 @@ def group_hyperparameters(model, free_dispersion: bool = True) -> list:
             # free dispersion / shape parameters, non-log-concave likelihoods: the GLM path
             # (centred group terms, scales updated by NUTS) samples them
             continue
-        for gv in _index_nodes(term.eta, model):
+        (eta,) = _hoist_scales([term.eta], model)
+        for gv in _index_nodes(eta, model):
             try:
                 source = _read_source(gv.owner.inputs[0], model, "group term")
             except UnsupportedModelError:
@@ -455,7 +523,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
             f"observed variable {obs.name!r}: {dist_name(obs)} likelihoods are not supported "
             f"in mixed models by SplitGibbs. Sample this model with {NUTS}."
         )
-    eta = term.eta
+    eta, mean_param = _hoist_scales([term.eta, term.param], model)
     group_vars = _index_nodes(eta, model)
     if not group_vars:
         raise UnsupportedModelError(
@@ -598,7 +666,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     outs = [eta]
     split = term.kind == "split"
     if split:
-        outs.append(term.param)
+        outs.append(mean_param)
     graphs = clone_replace(outs, replace=replace)
     leftover = [
         v
