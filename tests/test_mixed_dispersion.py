@@ -7,6 +7,9 @@
   within 4 MCSE. Negative control: the same kernel without the part of the log-likelihood
   that depends on the parameter alone (the potential's constant) targets another posterior,
   and the same check rejects it.
+* Bambi's Gamma family (``sigma = mu / alpha**0.5``: the shape is ``alpha`` once
+  simplified) is read with ``alpha`` as the free shape; a shape that does depend on the
+  coefficients is refused.
 * What is refused: a per-row parameter; the mixed-model step with a fixed ``rho``
   (``SplitGibbs(rho=...)`` sends such models to the GLM path: test_mixed_models.py).
 """
@@ -160,3 +163,34 @@ def test_unsupported_forms_are_refused():
     with model("gamma"):
         with pytest.raises(ValueError, match="rho='auto'"):
             MixedSplitGibbs(rho=0.3)
+
+
+def test_bambi_gamma_shape_is_read_through_its_parametrisation():
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    _, y, g = _data("gamma")
+    df = pd.DataFrame({"y": y, "g": pd.Categorical(g)})
+    bm = bmb.Model("y ~ 1 + (1|g)", df, family="gamma", link="log")
+    bm.build()
+    with bm.backend.model:
+        step = pymc_sgs.SplitGibbs()
+    assert isinstance(step, MixedSplitGibbs)
+    assert "shape sampled" in repr(step)
+    p = step.problem
+    names = step.mixed.hyper_names
+    h = np.zeros(p.hyper_size)
+    h[names.index("alpha_log__")] = np.log(2.5)
+    assert p.family_params(h)["shape"] == pytest.approx(2.5, rel=1e-12)
+
+
+def test_a_shape_that_depends_on_the_coefficients_is_refused():
+    _, y, g = _data("gamma")
+    with pm.Model():
+        sigma = pm.HalfNormal("sigma", 1.0)
+        u = pm.Normal("u", 0.0, sigma, shape=2)
+        mu = pm.math.exp(u[g])
+        # shape mu^2 / 0.5^2: a function of the coefficients, not one value
+        pm.Gamma("y", mu=mu, sigma=0.5, observed=y)
+        with pytest.raises(UnsupportedModelError, match="shape must be data or one value"):
+            pymc_sgs.SplitGibbs()

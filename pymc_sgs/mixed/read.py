@@ -120,23 +120,24 @@ def _hoist_scales(graphs, model):
                 break
     if not replace:
         return list(graphs)
-    # rebuild only the nodes between a replacement and the outputs: the model's own random
-    # variables must stay the same objects (clone_replace would copy them)
     memo = dict(replace)
+    return [None if g is None else _rebuild(g, memo) for g in graphs]
 
-    def rebuild(var):
-        if var in memo:
-            return memo[var]
-        node = var.owner
-        out = var
-        if node is not None:
-            inputs = [rebuild(i) for i in node.inputs]
-            if any(a is not b for a, b in zip(inputs, node.inputs)):
-                out = node.clone_with_new_inputs(inputs).outputs[node.outputs.index(var)]
-        memo[var] = out
-        return out
 
-    return [None if g is None else rebuild(g) for g in graphs]
+def _rebuild(var, memo):
+    """``var`` with the replacements in ``memo``, rebuilding only the nodes between them and
+    ``var``: the model's own random variables stay the same objects (clone_replace would
+    copy them). ``memo`` collects the rebuilt variables."""
+    if var in memo:
+        return memo[var]
+    node = var.owner
+    out = var
+    if node is not None:
+        inputs = [_rebuild(i, memo) for i in node.inputs]
+        if any(a is not b for a, b in zip(inputs, node.inputs)):
+            out = node.clone_with_new_inputs(inputs).outputs[node.outputs.index(var)]
+    memo[var] = out
+    return out
 
 
 def group_hyperparameters(model, free_dispersion: bool = True) -> list:
@@ -429,41 +430,85 @@ def _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model):
     return hyper
 
 
-def _family_parameters(term, obs, model):
+def _family_parameters(term, obs, model, predictor_rvs=(), seed: int = 0):
     """``({name: value}, {name: graph})``: the likelihood's fixed and free nuisance parameters.
 
-    A free one (NegativeBinomial ``alpha``, Gamma ``shape``) must be a scalar function of
-    scalar free variables whose priors are fixed; they join the hyperparameters and move
-    with the coefficients.
+    A free one (NegativeBinomial ``alpha``, Gamma ``shape``) must be one value for all rows,
+    a function of scalar free variables whose priors are fixed; they join the
+    hyperparameters and move with the coefficients. Its graph may involve the variables of
+    the linear predictor (``predictor_rvs``) if its value does not: Bambi's Gamma passes
+    ``sigma = mu / alpha**0.5``, whose shape ``mu**2 / sigma**2`` is ``alpha``. That is
+    checked numerically (the model's start, and the predictor's variables moved), and those
+    variables are then fixed at the start in the returned graph.
     """
     fixed, free_ = {}, {}
+    predictor_rvs = set(predictor_rvs)
     for key, graph in (term.nuisance or {}).items():
         deps = free_rvs_in([graph], model)
+        where = f"observed variable {obs.name!r}: its {dist_name(obs)} {key}"
         if not deps:
             v = np.asarray(value_of(graph), dtype=float)
-            if v.size != 1:
+            if v.size != 1 and not np.all(v == v.ravel()[0]):
                 raise UnsupportedModelError(
-                    f"observed variable {obs.name!r}: its {dist_name(obs)} {key} must be one "
-                    f"number in a mixed model; received shape {v.shape}. Sample this model "
-                    f"with {NUTS}."
+                    f"{where} must be one number in a mixed model; received shape {v.shape}. "
+                    f"Sample this model with {NUTS}."
                 )
             fixed[key] = float(v.ravel()[0])
             continue
+        through = [r for r in deps if r in predictor_rvs]
+        own = [r for r in deps if r not in predictor_rvs]
         bad = [
             r.name
-            for r in deps
+            for r in own
             if int(np.prod(shape_of(r))) != 1 or free_rvs_in(r.owner.inputs[2:], model)
         ]
-        if bad or int(np.prod(shape_of(graph))) != 1:
-            raise UnsupportedModelError(
-                f"observed variable {obs.name!r}: its {dist_name(obs)} {key} must be data or a "
-                f"function of scalar free variables with fixed priors in a mixed model; "
-                f"received a function of {sorted(r.name for r in deps)}"
-                + (f" ({bad} not scalar or with a hierarchical prior)" if bad else "")
-                + f".{term.nuisance_hint} Otherwise sample this model with {NUTS}."
-            )
+        refuse = UnsupportedModelError(
+            f"{where} must be data or one value, a function of scalar free variables with "
+            f"fixed priors, in a mixed model; received a function of "
+            f"{sorted(r.name for r in deps)}"
+            + (f" ({bad} not scalar or with a hierarchical prior)" if bad else "")
+            + f".{term.nuisance_hint} Otherwise sample this model with {NUTS}."
+        )
+        if bad or not own:
+            raise refuse
+        graph = _fixed_through(graph, through, deps, model, seed, refuse)
+        if int(np.prod(shape_of(graph))) != 1:
+            graph = graph.ravel()[0]
         free_[key] = graph
     return fixed, free_
+
+
+def _fixed_through(graph, through, deps, model, seed, refuse):
+    """``graph`` with the variables ``through`` fixed at the model's start, after checking
+    numerically that its value depends on none of them and is one value for all rows."""
+    ip = model.initial_point()
+    values = [model.rvs_to_values[r] for r in deps]
+    (g,) = model.replace_rvs_by_values([graph])
+    fn = pytensor.function(values, g, on_unused_input="ignore", mode=DETECT_MODE)
+    start = {v.name: np.asarray(ip[v.name]) for v in values}
+    rng = np.random.default_rng(seed)
+    base = np.ravel(np.asarray(fn(**start), dtype=float))
+    if base.size == 0 or not np.allclose(base, base[0], rtol=1e-9, atol=0.0):
+        raise refuse
+    moving = {model.rvs_to_values[r].name for r in through}
+    for _ in range(2):
+        moved = {
+            k: (v + rng.normal(0.0, 0.5, np.shape(v))).astype(v.dtype) if k in moving else v
+            for k, v in start.items()
+        }
+        with np.errstate(all="ignore"):
+            got = np.ravel(np.asarray(fn(**moved), dtype=float))
+        if not np.allclose(got, base[0], rtol=1e-9, atol=0.0):
+            raise refuse
+    if not through:
+        return graph
+    at_start = model.compile_fn(
+        through, inputs=model.value_vars, on_unused_input="ignore", point_fn=True
+    )(ip)
+    memo = {
+        r: pytensor.tensor.constant(np.asarray(v, dtype=r.dtype)) for r, v in zip(through, at_start)
+    }
+    return _rebuild(graph, memo)
 
 
 def _parameter_function(hyper_rvs, free_params, model):
@@ -573,7 +618,8 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
             hyper_rvs.append(s.scale)
     const_params, free_params = {}, {}
     if term.kind == "split":
-        const_params, free_params = _family_parameters(term, obs, model)
+        predictor_rvs = set(common) | set(owners) | set(hyper_rvs)
+        const_params, free_params = _family_parameters(term, obs, model, predictor_rvs, seed)
         for r in free_rvs_in(list(free_params.values()), model):
             if r not in hyper_rvs:
                 hyper_rvs.append(r)

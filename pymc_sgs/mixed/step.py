@@ -248,6 +248,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
     def __repr__(self) -> str:
         p = self.problem
         fam = "Normal (exact)" if p.family is None else repr(p.family)
+        if p.family_params is not None:
+            fam = f"{p.family.name}({p.family.link}, {', '.join(p.family.nuisance)} sampled)"
         terms = ", ".join(f"{t.name}[{t.n_levels}]" for t in p.terms)
         rho = f", rho={self.rho:.4g}" if self.split else ""
         return f"SplitGibbs(mixed model: {fam}, n={p.n}, p={p.p}, terms=[{terms}]{rho})"
