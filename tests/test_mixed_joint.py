@@ -4,7 +4,8 @@
   and ``u`` against quadrature of the exact posterior, within 4 MCSE. Negative controls:
   the same move without the Jacobian ``det H(h)^-1/2`` of the ``(h, eps)`` coordinates, and
   coefficient proposals from the Gaussian/t mixture corrected as if Gaussian, target other
-  posteriors, and the same check rejects them.
+  posteriors, and the same check rejects them; the autoregressive (pCN) moves alone, and
+  as negative control the same moves accepted as a symmetric random walk.
 * The compiled likelihood pass against numpy's.
 * ``whiten`` and the two sparse solver slots: a proposal's factorization leaves the
   current state's intact.
@@ -74,7 +75,7 @@ def quadrature_means():
     return float(p @ sd), [float(p @ f) for f in first]
 
 
-def run(kernel, n_iter, seed):
+def run(kernel, n_iter, seed, coef_moves=3, local_moves=0):
     rng = np.random.default_rng(seed)
     mode = hyper_mode(kernel, np.zeros(1))
     kernel.set_reference(mode.coef, mode.row_weights)
@@ -83,7 +84,7 @@ def run(kernel, n_iter, seed):
     state = kernel.init(mode.h, mode.coef)
     out = np.empty((n_iter, 3))
     for i in range(n_iter):
-        state, _ = kernel.step(state, rng, prop, coef_moves=3)
+        state, _ = kernel.step(state, rng, prop, coef_moves=coef_moves, local_moves=local_moves)
         out[i] = np.exp(state.h[0]), *state.coef
     return out
 
@@ -100,6 +101,17 @@ class _GaussianRatio(LaplaceJointKernel):
 
     def log_q(self, eps, fit):
         return 0.5 * fit.factor.logdet - 0.5 * float(eps @ eps)
+
+
+class _SymmetricLocal(LaplaceJointKernel):
+    """The autoregressive move accepted as if it were a symmetric random walk."""
+
+    def local_move(self, state, fit, rng, rho):
+        eps = rho * state.eps + np.sqrt(1.0 - rho * rho) * rng.standard_normal(self.dim)
+        new = self.state_at(fit, eps)
+        if np.log(rng.uniform()) < new.log_post - state.log_post:
+            state = new
+        return state, 0.0
 
 
 def _check(draws, ref_sigma, ref_u):
@@ -120,6 +132,17 @@ def test_joint_kernel_matches_quadrature_and_the_jacobian_matters():
     wrong = run(_NoJacobian(problem), 20_000, seed=3)
     assert _check(wrong, ref_sigma, ref_u)[0] > 4
     wrong = run(_GaussianRatio(problem), 20_000, seed=3)
+    assert np.max(_check(wrong, ref_sigma, ref_u)) > 4
+
+
+def test_local_moves_keep_the_target_and_their_ratio_matters():
+    """The coefficients' autoregressive moves alone (no independence moves) against the
+    same quadrature; accepted as a symmetric random walk they target another posterior."""
+    problem = two_level_poisson()
+    ref_sigma, ref_u = quadrature_means()
+    draws = run(LaplaceJointKernel(problem), 20_000, seed=6, coef_moves=0, local_moves=3)
+    assert np.all(_check(draws, ref_sigma, ref_u) < 4)
+    wrong = run(_SymmetricLocal(problem), 20_000, seed=6, coef_moves=0, local_moves=3)
     assert np.max(_check(wrong, ref_sigma, ref_u)) > 4
 
 
