@@ -10,7 +10,8 @@
 * The step: a logistic GLMM with many small groups, whose Laplace proposal is rarely
   accepted, changes over to this kernel after PROBE_DRAWS tuning iterations (sampler stat
   ``polya_gamma``), the same draws for any ``cores``; models whose Laplace proposal works
-  never change over.
+  never change over, and make the coefficients' autoregressive moves only when their
+  independence moves are accepted less than LOCAL_ACCEPT of the time.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pymc_sgs.mixed.kernel import HyperProposal
 from pymc_sgs.mixed.laplace import hyper_mode
 from pymc_sgs.mixed.polya_gamma import PolyaGammaKernel, polya_gamma_applies
 from pymc_sgs.mixed.problem import GroupTerm, MixedProblem
-from pymc_sgs.mixed.step import PROBE_DRAWS
+from pymc_sgs.mixed.step import LOCAL_ACCEPT, PROBE_DRAWS
 
 from .test_mixed_kernel import half_normal_log_sd
 
@@ -209,4 +210,17 @@ def test_step_keeps_the_laplace_kernel_where_it_works():
         pm.Bernoulli("y", logit_p=b + u[g], observed=y)
     idata = _sample(model, cores=1, tune=PROBE_DRAWS + 20)
     assert not bool(np.any(idata.sample_stats["polya_gamma"].values))
-    assert float(idata.sample_stats["coef_accept"].mean()) > 0.3
+    assert float(idata.sample_stats["coef_accept"].mean()) > LOCAL_ACCEPT
+    # independence moves accepted this often: no autoregressive moves after the probe
+    assert bool(np.all(np.isnan(idata.sample_stats["local_accept"].values)))
+
+
+def test_chains_between_the_thresholds_keep_the_laplace_kernel_with_local_moves():
+    # 100 groups of two rows: both chains' probe acceptance lies between SWITCH_ACCEPT and
+    # LOCAL_ACCEPT (the acceptance varies from chain to chain on such models)
+    idata = _sample(many_small_groups(100), cores=1, tune=PROBE_DRAWS + 20)
+    stats = idata.sample_stats
+    assert not bool(np.any(stats["polya_gamma"].values))
+    assert float(stats["coef_accept"].mean()) < LOCAL_ACCEPT
+    local = stats["local_accept"].values
+    assert bool(np.all(np.isfinite(local))) and 0.05 < float(local.mean()) < 1.0

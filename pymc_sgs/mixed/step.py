@@ -54,10 +54,15 @@ ACCEPT_WARN = 0.05
 COEF_MOVES = 3
 #: then autoregressive (pCN) moves of the coefficients, and their autocorrelation: on lme4's
 #: grouseticks (NegativeBinomial, two nested factors, independence acceptance 0.27) they
-#: raised the minimum tail ESS from 44 to 348 of 2000 draws for 6% more time; cbpp's from
-#: 518 to 832, Contraception's from 769 to 982 (benchmarks/results/mixed*.md)
+#: raised the minimum tail ESS from 44 to 348 of 2000 draws for 6% more time
 LOCAL_MOVES = 2
 LOCAL_RHO = 0.8
+#: ... made only by chains whose independence moves were accepted with mean probability
+#: below LOCAL_ACCEPT over the second half of the first PROBE_DRAWS tuning iterations: where
+#: they are accepted more often they mix the coefficients alone, and on small models the
+#: local moves' cost outweighed their gain (cbpp, acceptance 0.58: min bulk ESS/s with setup
+#: 1.80x NUTS's with them against 2.21x without)
+LOCAL_ACCEPT = 0.5
 #: logistic GLMMs: tuning iterations on the Laplace kernel after which a chain whose
 #: coefficient moves were accepted with mean probability below SWITCH_ACCEPT over the
 #: second half of them changes over to the Pólya-Gamma kernel for good. InstEval: 0.02 to
@@ -79,6 +84,7 @@ class MixedSplitGibbsState(StepMethodState):
     h_draws: Any
     shape: Any
     augmented: Any
+    local_moves: Any
 
 
 class MixedSplitGibbs(BaseSplitGibbs):
@@ -273,6 +279,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.shape = HyperShape(self.mode.h, self.h_chol)
         # whether this chain has changed over to the Pólya-Gamma kernel
         self.augmented = False
+        # autoregressive coefficient moves per iteration (Laplace kernel), set by the probe
+        self.local_moves = LOCAL_MOVES
 
     @property
     def pg_kernel(self) -> PolyaGammaKernel:
@@ -331,7 +339,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
         kernel = self._active_kernel()
         if isinstance(kernel, LaplaceJointKernel):
             state, info = kernel.step(
-                self.state, self.rng, self._proposal(), COEF_MOVES, LOCAL_MOVES, LOCAL_RHO
+                self.state, self.rng, self._proposal(), COEF_MOVES, self.local_moves, LOCAL_RHO
             )
             coef = state.coef + kernel.coef_mean
             log_weight, z_prop, coef_acc = 0.0, float("nan"), info.coef_accept
@@ -356,14 +364,17 @@ class MixedSplitGibbs(BaseSplitGibbs):
                     self.shape = empirical_shape(self.h_draws) or self.shape
             if self.rho_check is not None:
                 self.rho_check.append(log_weight)
-            if self.can_augment and not self.augmented and t > PROBE_DRAWS // 2:
+            if isinstance(kernel, LaplaceJointKernel) and t > PROBE_DRAWS // 2:
                 # the second half of the probe: the first iterations from the mode accept
                 # more than the chain will (InstEval: 0.2 in the first 25, 0.02 after)
                 fb = self.feedback
                 fb["probe_coef_accept"] = fb.get("probe_coef_accept", 0.0) + coef_acc
-                probe = PROBE_DRAWS - PROBE_DRAWS // 2
-                if t == PROBE_DRAWS and fb["probe_coef_accept"] / probe < SWITCH_ACCEPT:
-                    state = self.state = self._change_over(state)
+                if t == PROBE_DRAWS:
+                    rate = fb["probe_coef_accept"] / (PROBE_DRAWS - PROBE_DRAWS // 2)
+                    if self.can_augment and rate < SWITCH_ACCEPT:
+                        state = self.state = self._change_over(state)
+                    elif rate >= LOCAL_ACCEPT:
+                        self.local_moves = 0
         if not self.tune:
             self._check_acceptance(info.hyper_accept, coef_acc)
         sds = kernel.scales(state.h)
