@@ -1,4 +1,5 @@
-"""Free dispersion and shape parameters in GLMMs (NegativeBinomial alpha, Gamma shape).
+"""Free dispersion and shape parameters in GLMMs (NegativeBinomial alpha, Gamma shape,
+Student-t sigma and nu, not log-concave: the Laplace proposal clips its curvature at 0).
 
 * Read from PyMC: a fixed parameter keeps its value (it was read as the family's default
   before), a free one joins the hyperparameters ``h``.
@@ -33,18 +34,25 @@ from pymc_sgs.mixed.step import MixedSplitGibbs
 # two levels, the first with little data
 NB_COUNTS = ([0, 2, 1], [7, 3, 12, 5, 0, 9])
 GAMMA_Y = ([0.4, 2.5], [3.1, 0.8, 5.2, 1.9, 2.2, 0.3])
+# an outlier in each level: the Student-t likelihood is not log-concave in u there
+T_Y = ([0.3, -0.5, 4.0], [2.1, 1.4, 2.8, 1.9, 9.0, 2.2])
+#: the fixed parameter of the Student-t cases: nu (k is sigma), then sigma (k is nu)
+T_NU, T_SIGMA = 4.0, 0.5
+CASES = ["negativebinomial", "gamma", "studentt", "studentt_nu"]
 
 
 def _data(case):
-    levels = NB_COUNTS if case == "negativebinomial" else GAMMA_Y
+    levels = {"negativebinomial": NB_COUNTS, "gamma": GAMMA_Y}.get(case, T_Y)
     y = np.concatenate([np.asarray(v, dtype=float) for v in levels])
     g = np.concatenate([np.full(len(v), j) for j, v in enumerate(levels)])
     return levels, y, g
 
 
 def model(case, param=None):
-    """``y_i ~ F(e^{u[g_i]}, param)``, ``u ~ N(0, sigma^2)``, sigma ~ HalfNormal(1) and
-    ``param ~ Gamma(2, 1)`` (free) or fixed at ``param``."""
+    """``y_i ~ F(e^{u[g_i]}, param)`` (``F(u[g_i], ...)`` for the Student-t),
+    ``u ~ N(0, sigma^2)``, sigma ~ HalfNormal(1) and ``param ~ Gamma(2, 1)`` (free) or fixed at
+    ``param``: NegativeBinomial alpha, Gamma shape, Student-t sigma ("studentt", nu fixed)
+    or nu ("studentt_nu", sigma fixed)."""
     _, y, g = _data(case)
     with pm.Model() as m:
         sigma = pm.HalfNormal("sigma", 1.0)
@@ -52,6 +60,10 @@ def model(case, param=None):
         k = pm.Gamma("k", 2.0, 1.0) if param is None else param
         if case == "negativebinomial":
             pm.NegativeBinomial("y", mu=pm.math.exp(u[g]), alpha=k, observed=y.astype(int))
+        elif case == "studentt":
+            pm.StudentT("y", nu=T_NU, mu=u[g], sigma=k, observed=y)
+        elif case == "studentt_nu":
+            pm.StudentT("y", nu=k, mu=u[g], sigma=T_SIGMA, observed=y)
         else:
             pm.Gamma("y", alpha=k, beta=k / pm.math.exp(u[g]), observed=y)
     return m
@@ -59,8 +71,17 @@ def model(case, param=None):
 
 def _loglik(case, y, u, k):
     """``log p(y | u, k)`` on a (k, u) grid."""
-    mu = np.exp(u)[None, :]
     k = k[:, None]
+    if case.startswith("studentt"):
+        nu, s = (T_NU, k) if case == "studentt" else (k, T_SIGMA)
+        return (
+            scipy.special.gammaln(0.5 * (nu + 1))
+            - scipy.special.gammaln(0.5 * nu)
+            - 0.5 * np.log(nu * np.pi)
+            - np.log(s)
+            - 0.5 * (nu + 1) * np.log1p(((y - u[None, :]) / s) ** 2 / nu)
+        )
+    mu = np.exp(u)[None, :]
     if case == "negativebinomial":
         return (
             scipy.special.gammaln(y + k)
@@ -132,7 +153,7 @@ def _z(draws, refs):
     )
 
 
-@pytest.mark.parametrize("case", ["negativebinomial", "gamma"])
+@pytest.mark.parametrize("case", CASES)
 def test_free_parameter_matches_quadrature_and_its_constant_matters(case):
     refs = quadrature_means(case)
     draws = run(LaplaceJointKernel, case, 20_000, seed=4)
@@ -141,11 +162,17 @@ def test_free_parameter_matches_quadrature_and_its_constant_matters(case):
     assert _z(wrong, refs)[1] > 4
 
 
-@pytest.mark.parametrize("case", ["negativebinomial", "gamma"])
+@pytest.mark.parametrize("case", CASES)
 def test_fixed_parameter_is_read_with_its_value(case):
     problem = read_mixed_model(model(case, param=5.0)).problem
     assert problem.family_params is None
-    assert list(problem.family.params.values()) == [5.0]
+    params = problem.family.params
+    if case == "studentt":
+        assert params == {"nu": T_NU, "sigma": 5.0}
+    elif case == "studentt_nu":
+        assert params == {"nu": 5.0, "sigma": T_SIGMA}
+    else:
+        assert list(params.values()) == [5.0]
     free = read_mixed_model(model(case)).problem
     assert free.hyper_size == 2
     assert list(free.family_params(np.array([0.0, np.log(3.0)])).values()) == pytest.approx([3.0])
@@ -194,3 +221,23 @@ def test_a_shape_that_depends_on_the_coefficients_is_refused():
         pm.Gamma("y", mu=mu, sigma=0.5, observed=y)
         with pytest.raises(UnsupportedModelError, match="shape must be data or one value"):
             pymc_sgs.SplitGibbs()
+
+
+def test_bambi_student_t_samples_sigma_and_nu_with_the_coefficients():
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    _, y, g = _data("studentt")
+    df = pd.DataFrame({"y": y, "g": pd.Categorical(g)})
+    bm = bmb.Model("y ~ 1 + (1|g)", df, family="t")
+    bm.build()
+    with bm.backend.model:
+        step = pymc_sgs.SplitGibbs()
+    assert isinstance(step, MixedSplitGibbs)
+    assert "nu, sigma sampled" in repr(step)
+    p = step.problem
+    names = step.mixed.hyper_names
+    h = np.zeros(p.hyper_size)
+    h[names.index("nu_log__")] = np.log(7.0)
+    h[names.index("sigma_log__")] = np.log(0.25)
+    assert p.family_params(h) == pytest.approx({"nu": 7.0, "sigma": 0.25}, rel=1e-12)

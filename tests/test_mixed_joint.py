@@ -6,6 +6,7 @@
   coefficient proposals from the Gaussian/t mixture corrected as if Gaussian, target other
   posteriors, and the same check rejects them; the autoregressive (pCN) moves alone, and
   as negative control the same moves accepted as a symmetric random walk.
+* The same check on a Bernoulli probit random intercept (a family without a compiled pass).
 * The compiled likelihood pass against numpy's.
 * ``whiten`` and the two sparse solver slots: a proposal's factorization leaves the
   current state's intact.
@@ -24,7 +25,7 @@ import pytest
 import scipy.special
 
 import pymc_sgs
-from pymc_sgs.families import BernoulliLogit, BinomialLogit, PoissonLog
+from pymc_sgs.families import BernoulliLogit, BernoulliProbit, BinomialLogit, PoissonLog
 from pymc_sgs.mixed.adapt import FIRST_REFIT, empirical_shape, refit_due
 from pymc_sgs.mixed.joint import LaplaceJointKernel
 from pymc_sgs.mixed.kernel import HyperProposal
@@ -54,16 +55,42 @@ def two_level_poisson():
     )
 
 
-def quadrature_means():
+BINARY = ([1, 0, 1, 1], [0, 0, 0, 1, 0, 0])  # two levels of a probit random intercept
+
+
+def two_level_probit():
+    y = np.concatenate([np.asarray(c, dtype=float) for c in BINARY])
+    g = np.concatenate([np.full(len(c), j) for j, c in enumerate(BINARY)])
+    problem = two_level_poisson()
+    n = y.size
+    return dataclasses.replace(
+        problem,
+        y=y,
+        X=np.zeros((n, 0)),
+        offset=np.zeros(n),
+        terms=(GroupTerm("1|g", "g", g, np.ones(n), len(BINARY), 0),),
+        family=BernoulliProbit(),
+    )
+
+
+def _loglik_poisson(c, u):
+    return c.sum() * u - c.size * np.exp(u)  # up to a constant in u
+
+
+def _loglik_probit(c, u):
+    return sum(scipy.special.log_ndtr(u if yi else -u) for yi in c)
+
+
+def quadrature_means(levels=COUNTS, loglik_of=_loglik_poisson):
     """``E[sigma]`` and ``E[u_j]`` of the exact posterior: the levels are independent given h."""
     h = np.linspace(-12.0, 2.5, 1500)
     u = np.linspace(-12.0, 5.0, 1500)
     sd = np.exp(h)
     log_w = -0.5 * sd**2 + h  # HalfNormal(1) on sigma, Jacobian of h = log sigma
     log_m, first = [], []
-    for c in COUNTS:
+    for c in levels:
         c = np.asarray(c, dtype=float)
-        loglik = c.sum() * u - c.size * np.exp(u)  # up to a constant in u
+        loglik = loglik_of(c, u)
         log_prior = -0.5 * (u[None, :] / sd[:, None]) ** 2 - h[:, None]
         joint = loglik[None, :] + log_prior
         lm = scipy.special.logsumexp(joint, axis=1)
@@ -133,6 +160,16 @@ def test_joint_kernel_matches_quadrature_and_the_jacobian_matters():
     assert _check(wrong, ref_sigma, ref_u)[0] > 4
     wrong = run(_GaussianRatio(problem), 20_000, seed=3)
     assert np.max(_check(wrong, ref_sigma, ref_u)) > 4
+
+
+def test_probit_random_intercept_matches_quadrature():
+    ref_sigma, ref_u = quadrature_means(BINARY, _loglik_probit)
+    kernel = LaplaceJointKernel(two_level_probit())
+    assert kernel._compiled is None  # the numpy path
+    draws = run(kernel, 20_000, seed=3)
+    assert np.all(_check(draws, ref_sigma, ref_u) < 4)
+    wrong = run(_NoJacobian(two_level_probit()), 20_000, seed=3)
+    assert _check(wrong, ref_sigma, ref_u)[0] > 4
 
 
 def test_local_moves_keep_the_target_and_their_ratio_matters():

@@ -187,7 +187,9 @@ class LaplaceJointKernel(MixedKernel):
                     scale = 1.0
                     if free_params:
                         g0 = self.AT @ family.grad(eta0, p.y, p.trials)
-                        scale = float(np.sum(family.hess(eta0, p.y, p.trials))) / w0_sum
+                        # clipped as w0 is (a Student-t row's curvature can be negative)
+                        w_h = np.maximum(family.hess(eta0, p.y, p.trials), 0.0)
+                        scale = float(np.sum(w_h)) / w0_sum
                     factor = prec.factor(lam, scale, slot)
                     mode = c_ref - factor.solve(g0 + lam * c_ref)
                 else:

@@ -173,18 +173,27 @@ def group_hyperparameters(model, free_dispersion: bool = True) -> list:
 
 
 def _likelihood_supported(term, model, free_dispersion: bool = True) -> bool:
-    """Normal, or a log-concave split family (its dispersion/shape parameters data, or free
-    if ``free_dispersion``)."""
+    """Normal, or a smooth split family (its dispersion/shape parameters data, or free if
+    ``free_dispersion``)."""
     if term.kind == "gaussian":
         sig = _strip(term.sigma)
         if sig in set(model.free_RVs):
             return int(np.prod(shape_of(sig))) == 1
         return _is_const(term.sigma, model) and np.size(value_of(term.sigma)) == 1
-    if term.kind != "split" or not getattr(term.family, "log_concave", False):
+    if term.kind != "split" or not _smooth(term.family):
         return False
     return free_dispersion or not (
         term.nuisance and free_rvs_in(list(term.nuisance.values()), model)
     )
+
+
+def _smooth(family) -> bool:
+    """A likelihood the GLMM kernels take: a potential with a gradient and a curvature.
+
+    Log-concavity is not needed (Student-t): the Laplace proposal's curvature is clipped at 0
+    and the moves are exact Metropolis-Hastings.
+    """
+    return family is not None and not getattr(family, "piecewise_linear", True)
 
 
 @dataclass(frozen=True)
@@ -558,7 +567,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
             f"SplitGibbs reads. Sample this model with {NUTS}."
         )
     if term.kind == "split":
-        if not getattr(term.family, "log_concave", False):
+        if not _smooth(term.family):
             raise UnsupportedModelError(
                 f"observed variable {obs.name!r}: the {dist_name(obs)} likelihood is not yet "
                 f"supported in mixed models by SplitGibbs. Sample this model with {NUTS}."
@@ -711,7 +720,9 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
         )
     outs = [eta]
     split = term.kind == "split"
-    if split:
+    # an identity link (Student-t) reads its mean as eta itself: nothing to compare
+    check_link = split and mean_param is not None
+    if check_link:
         outs.append(mean_param)
     graphs = clone_replace(outs, replace=replace)
     leftover = [
@@ -781,7 +792,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
                 "coefficients and the group-specific terms (e.g. a product of two group terms, "
                 f"or a nonlinear function of a coefficient). Sample this model with {NUTS}."
             )
-        if split:
+        if check_link:
             par = got[1]
             link = term.link
             with np.errstate(all="ignore"):
@@ -796,7 +807,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
                     f"of the linear predictor (found {link.inverse_name}). Sample this model with "
                     f"{NUTS}."
                 )
-    if split and term.link.exposure:
+    if check_link and term.link.exposure:
         with np.errstate(all="ignore"):
             offset = offset + (np.log(base[1]) - base[0])
 
