@@ -192,23 +192,35 @@ def test_unsupported_forms_are_refused():
             MixedSplitGibbs(rho=0.3)
 
 
-def test_bambi_gamma_shape_is_read_through_its_parametrisation():
+def _bambi_step(case, **family):
+    """The step ``SplitGibbs()`` builds for Bambi's ``y ~ 1 + (1|g)`` on ``case``'s data."""
     bmb = pytest.importorskip("bambi")
     import pandas as pd
 
-    _, y, g = _data("gamma")
+    _, y, g = _data(case)
     df = pd.DataFrame({"y": y, "g": pd.Categorical(g)})
-    bm = bmb.Model("y ~ 1 + (1|g)", df, family="gamma", link="log")
+    bm = bmb.Model("y ~ 1 + (1|g)", df, **family)
     bm.build()
     with bm.backend.model:
         step = pymc_sgs.SplitGibbs()
     assert isinstance(step, MixedSplitGibbs)
-    assert "shape sampled" in repr(step)
-    p = step.problem
+    return step
+
+
+def _h_with(step, **values):
+    """Hyperparameters at 0 but the named free parameters, set on their log scale."""
     names = step.mixed.hyper_names
-    h = np.zeros(p.hyper_size)
-    h[names.index("alpha_log__")] = np.log(2.5)
-    assert p.family_params(h)["shape"] == pytest.approx(2.5, rel=1e-12)
+    h = np.zeros(step.problem.hyper_size)
+    for name, v in values.items():
+        h[names.index(f"{name}_log__")] = np.log(v)
+    return h
+
+
+def test_bambi_gamma_shape_is_read_through_its_parametrisation():
+    step = _bambi_step("gamma", family="gamma", link="log")
+    assert "shape sampled" in repr(step)
+    h = _h_with(step, alpha=2.5)
+    assert step.problem.family_params(h)["shape"] == pytest.approx(2.5, rel=1e-12)
 
 
 def test_a_shape_that_depends_on_the_coefficients_is_refused():
@@ -224,20 +236,7 @@ def test_a_shape_that_depends_on_the_coefficients_is_refused():
 
 
 def test_bambi_student_t_samples_sigma_and_nu_with_the_coefficients():
-    bmb = pytest.importorskip("bambi")
-    import pandas as pd
-
-    _, y, g = _data("studentt")
-    df = pd.DataFrame({"y": y, "g": pd.Categorical(g)})
-    bm = bmb.Model("y ~ 1 + (1|g)", df, family="t")
-    bm.build()
-    with bm.backend.model:
-        step = pymc_sgs.SplitGibbs()
-    assert isinstance(step, MixedSplitGibbs)
+    step = _bambi_step("studentt", family="t")
     assert "nu, sigma sampled" in repr(step)
-    p = step.problem
-    names = step.mixed.hyper_names
-    h = np.zeros(p.hyper_size)
-    h[names.index("nu_log__")] = np.log(7.0)
-    h[names.index("sigma_log__")] = np.log(0.25)
-    assert p.family_params(h) == pytest.approx({"nu": 7.0, "sigma": 0.25}, rel=1e-12)
+    h = _h_with(step, nu=7.0, sigma=0.25)
+    assert step.problem.family_params(h) == pytest.approx({"nu": 7.0, "sigma": 0.25}, rel=1e-12)
