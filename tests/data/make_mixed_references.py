@@ -1,4 +1,4 @@
-"""Build long-run nutpie posterior references for three Bambi mixed models.
+"""Build long-run nutpie posterior references for Bambi mixed models.
 
 Each model is built with Bambi's DEFAULT settings (default priors,
 non-centred group-specific terms), compiled with
