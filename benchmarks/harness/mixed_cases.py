@@ -327,7 +327,9 @@ class IndexModel:
     def fit(self, omit_offsets=False, **kwargs):
         import pymc as pm
 
-        return pm.sample(model=self.backend.model, **kwargs)
+        # inside the model, as Bambi's fit: a step built before (``_sample``) binds to it
+        with self.backend.model:
+            return pm.sample(**kwargs)
 
 
 def build_model(name: str, df, centred: bool):
