@@ -1,8 +1,8 @@
 """Bambi mixed models against long nutpie references (``tests/data/mixed_ref_*.json``).
 
 Every parameter (common coefficients, group sds, the observation sd, a Student-t's nu, the
-non-centred offsets and the group effects) must lie within ``0.1 posterior sd + 3 combined MCSE`` of the
-reference, for Bambi's default (non-centred) model and for ``noncentered=False``; R-hat at
+non-centred offsets and the group effects) must lie within ``0.1 posterior sd + 3 combined
+MCSE`` of the reference, for Bambi's default (non-centred) model and for ``noncentered=False``; R-hat at
 most 1.01. A negative control shows that the same check rejects a different target.
 """
 

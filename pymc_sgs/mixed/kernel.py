@@ -44,7 +44,7 @@ from ..conditionals import sample_z_exact
 from ..weights import log_weight_rows
 from .precision import MixedPrecision
 
-__all__ = ["HyperProposal", "MixedState", "MixedInfo", "MixedKernel"]
+__all__ = ["AugmentedKernel", "HyperProposal", "MixedState", "MixedInfo", "MixedKernel"]
 
 
 class MixedState(NamedTuple):
@@ -326,3 +326,31 @@ class MixedKernel:
             accept / n_moves if n_moves else 1.0,
             walk_accept / n_walk if n_walk else 1.0,
         )
+
+
+class AugmentedKernel(MixedKernel):
+    """Base of the data-augmentation kernels (Pólya-Gamma, the Student-t's scale mixture).
+
+    Given latent row weights ``w`` drawn from the coefficients, the model is a linear mixed
+    model with weights ``W``: :meth:`block_given_weights` sets them and makes the collapsed
+    block of ``(h, c)``. ``rho`` is 1 (the Gaussian model's scale, unless a subclass gives
+    its own :meth:`observation_sd`); the state's ``z`` and ``z_mode`` are None, since the
+    weights are drawn afresh every iteration and are not part of the state.
+    """
+
+    def __init__(self, problem, method: str = "auto"):
+        super().__init__(problem, rho=1.0, method=method, log_weights=False)
+        # a copy whose row weights are replaced every iteration (its sparse solvers kept)
+        self.precision = self.precision.reweighted(np.ones(problem.n))
+
+    def init(self, h, coef, rng=None) -> MixedState:
+        h = np.asarray(h, dtype=float).copy()
+        return MixedState(h, np.asarray(coef, dtype=float).copy(), None, None)
+
+    def block_given_weights(self, h, weights, data, rng, proposal):
+        """:meth:`collapsed_block` of the model with row weights ``weights`` and ``data``
+        (its ``(A^T W r, r^T W r)``)."""
+        self.precision.set_row_weights(weights)
+        self._factored = None  # Q changed with the weights
+        factored = self.factorize(h, 0)
+        return self.collapsed_block(h, data, factored, rng, proposal)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..families import BinomialLogit
-from .kernel import HyperProposal, MixedInfo, MixedKernel, MixedState
+from .kernel import AugmentedKernel, HyperProposal, MixedInfo, MixedState
 
 __all__ = ["PolyaGammaKernel", "polya_gamma_applies"]
 
@@ -48,7 +48,7 @@ def polya_gamma_applies(family) -> bool:
     return isinstance(family, BinomialLogit)
 
 
-class PolyaGammaKernel(MixedKernel):
+class PolyaGammaKernel(AugmentedKernel):
     """Exact Gibbs kernel of a logistic GLMM (see the module docstring).
 
     Parameters
@@ -69,8 +69,8 @@ class PolyaGammaKernel(MixedKernel):
                 "PolyaGammaKernel needs a Bernoulli or Binomial likelihood with logit link; "
                 f"received {problem.family!r}"
             )
-        # rho = 1: the Gaussian model given omega has unit scale, its weights carry the rest
-        super().__init__(problem, rho=1.0, method=method, log_weights=False)
+        # the Gaussian model given omega has unit scale (rho = 1), its weights carry the rest
+        super().__init__(problem, method=method)
         n = problem.n
         trials = np.ones(n) if problem.trials is None else problem.trials
         m = np.ascontiguousarray(np.broadcast_to(np.asarray(trials, dtype=float), (n,)))
@@ -80,8 +80,6 @@ class PolyaGammaKernel(MixedKernel):
         self._rows = np.flatnonzero(m > 0)
         self._all_rows = self._rows.size == n
         self._ones = m[self._rows] == 1.0
-        # a copy whose row weights are replaced every iteration (its sparse solvers kept)
-        self.precision = self.precision.reweighted(np.ones(n))
 
     def draw_omega(self, coef, rng) -> np.ndarray:
         """``omega_i ~ PG(m_i, eta_i)`` for every row, exactly.
@@ -120,17 +118,10 @@ class PolyaGammaKernel(MixedKernel):
         """
         return self.AT @ (self.kappa - omega * self.offset), 0.0
 
-    def init(self, h, coef, rng=None) -> MixedState:
-        h = np.asarray(h, dtype=float).copy()
-        return MixedState(h, np.asarray(coef, dtype=float).copy(), None, None)
-
     def step(self, state: MixedState, rng, proposal: HyperProposal):
         """One iteration: ``omega | c``, then ``(h, c) | omega`` as one block."""
         omega = self.draw_omega(state.coef, rng)
-        self.precision.set_row_weights(omega)
-        self._factored = None  # Q changed with omega
-        factored = self.factorize(state.h, 0)
-        coef, h, accept, walk_accept = self.collapsed_block(
-            state.h, self.data_given(omega), factored, rng, proposal
+        coef, h, accept, walk_accept = self.block_given_weights(
+            state.h, omega, self.data_given(omega), rng, proposal
         )
         return MixedState(h, coef, None, None), MixedInfo(accept, walk_accept, 0.0, 0)

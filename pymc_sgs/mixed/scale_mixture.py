@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..families import StudentTIdentity
-from .kernel import HyperProposal, MixedInfo, MixedKernel, MixedState
+from .kernel import AugmentedKernel, HyperProposal, MixedInfo, MixedState
 
 __all__ = ["StudentTKernel", "scale_mixture_applies"]
 
@@ -53,6 +53,12 @@ SLICE_STEPS = 8
 def scale_mixture_applies(family) -> bool:
     """Whether ``family`` is the Student-t (identity link) this kernel augments."""
     return isinstance(family, StudentTIdentity)
+
+
+def _sub_chol(chol, idx) -> np.ndarray:
+    """Cholesky factor of the sub-block ``idx`` of ``chol @ chol.T``."""
+    cov = (chol @ chol.T)[np.ix_(idx, idx)]
+    return np.linalg.cholesky(cov + 1e-12 * np.eye(idx.size))
 
 
 class _Restricted:
@@ -66,16 +72,11 @@ class _Restricted:
     def __init__(self, proposal: HyperProposal, free: np.ndarray):
         self.free = free
         self.moves = proposal.moves if free.size else 0
-        idx = np.ix_(free, free)
-
-        def sub(chol):
-            cov = (chol @ chol.T)[idx]
-            return np.linalg.cholesky(cov + 1e-12 * np.eye(free.size))
-
+        indep = proposal.indep_chol
         self.inner = HyperProposal(
-            walk_chol=sub(proposal.walk_chol),
+            walk_chol=_sub_chol(proposal.walk_chol, free),
             centre=None if proposal.centre is None else proposal.centre[free],
-            indep_chol=None if proposal.indep_chol is None else sub(proposal.indep_chol),
+            indep_chol=None if indep is None else _sub_chol(indep, free),
             df=proposal.df,
             moves=self.moves,
         )
@@ -87,7 +88,7 @@ class _Restricted:
         return out, log_qh, independent
 
 
-class StudentTKernel(MixedKernel):
+class StudentTKernel(AugmentedKernel):
     """Exact Gibbs kernel of a Student-t mixed model (see the module docstring).
 
     Parameters
@@ -109,9 +110,8 @@ class StudentTKernel(MixedKernel):
                 f"{problem.family!r}"
             )
         # the Gaussian model given lambda has the likelihood's sigma (observation_sd) and
-        # row weights lambda; rho is not used
-        super().__init__(problem, rho=1.0, method=method, log_weights=False)
-        self.precision = self.precision.reweighted(np.ones(problem.n))
+        # row weights lambda
+        super().__init__(problem, method=method)
         self._r0 = problem.y - self.offset
         # which coordinates of h move sigma and nu: found at the first state (_coordinates)
         self._coords = None
@@ -223,25 +223,16 @@ class StudentTKernel(MixedKernel):
         return h
 
     # -- the kernel ------------------------------------------------------------------
-    def init(self, h, coef, rng=None) -> MixedState:
-        h = np.asarray(h, dtype=float).copy()
-        return MixedState(h, np.asarray(coef, dtype=float).copy(), None, None)
-
     def step(self, state: MixedState, rng, proposal: HyperProposal):
         """One iteration: ``lambda | c``, ``(h, c) | lambda``, then ``sigma, nu | c``."""
         free, params = self._coordinates(state.h)
         fam = self.family(state.h)
         lam = self.draw_precisions(state.coef, fam, rng)
-        self.precision.set_row_weights(lam)
-        self._factored = None  # Q changed with lambda
-        factored = self.factorize(state.h, 0)
         block = proposal if free.size == state.h.shape[0] else _Restricted(proposal, free)
-        coef, h, accept, walk_accept = self.collapsed_block(
-            state.h, self.data_given(lam), factored, rng, block
+        coef, h, accept, walk_accept = self.block_given_weights(
+            state.h, lam, self.data_given(lam), rng, block
         )
         if params.size:
             scale = proposal.indep_chol if proposal.indep_chol is not None else proposal.walk_chol
-            cov = (scale @ scale.T)[np.ix_(params, params)]
-            directions = np.linalg.cholesky(cov + 1e-12 * np.eye(params.size))
-            h = self.slice_parameters(h, coef, directions, rng)
+            h = self.slice_parameters(h, coef, _sub_chol(scale, params), rng)
         return MixedState(h, coef, None, None), MixedInfo(accept, walk_accept, 0.0, 0)
