@@ -283,3 +283,20 @@ def test_bambi_student_t_samples_sigma_and_nu_with_the_coefficients():
     assert isinstance(step.kernel, StudentTKernel)
     h = _h_with(step, nu=7.0, sigma=0.25)
     assert step.problem.family_params(h) == pytest.approx({"nu": 7.0, "sigma": 0.25}, rel=1e-12)
+
+
+@pytest.mark.parametrize("first", ["sigma", "nu"])
+def test_free_likelihood_parameters_keep_the_family_order(first):
+    """``h`` holds a Student-t's nu and sigma in the family's order, whichever the model
+    declares first: Bambi declares them in an order that changes from one process to the
+    next, and the order of ``h`` decides the draws (same seed, same draws)."""
+    _, y, g = _data("studentt")
+    with pm.Model() as m:
+        params = {}
+        for name in (first, "sigma" if first == "nu" else "nu"):
+            params[name] = pm.Gamma(name, 2.0, 1.0)
+        tau = pm.HalfNormal("tau", 1.0)
+        u = pm.Normal("u", 0.0, tau, shape=2)
+        pm.StudentT("y", nu=params["nu"], mu=u[g], sigma=params["sigma"], observed=y)
+    names = read_mixed_model(m).hyper_names
+    assert names == ["tau_log__", "nu_log__", "sigma_log__"]

@@ -629,9 +629,13 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     if term.kind == "split":
         predictor_rvs = set(common) | set(owners) | set(hyper_rvs)
         const_params, free_params = _family_parameters(term, obs, model, predictor_rvs, seed)
-        for r in free_rvs_in(list(free_params.values()), model):
-            if r not in hyper_rvs:
-                hyper_rvs.append(r)
+        # in the family's own parameter order, not the model's: Bambi orders a family's
+        # free parameters differently from one process to the next, and the order of h
+        # decides the draws
+        for key in free_params:
+            for r in free_rvs_in([free_params[key]], model):
+                if r not in hyper_rvs:
+                    hyper_rvs.append(r)
     noise = (None, None)
     if term.kind == "gaussian":
         sig = _strip(term.sigma)
