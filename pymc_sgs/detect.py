@@ -412,6 +412,12 @@ def _not_a_coefficient(rv, terms, model, seed=0):
             "Bambi's group-specific terms are non-centred by default: build the model "
             "with bmb.Model(..., noncentered=False)"
         )
+    elif int(np.prod(shape_of(rv))) > 1 and getattr(rv.owner.op, "ndim_supp", 0) > 0:
+        # a multivariate scale (an LKJ Cholesky factor): correlated effects
+        instead = (
+            f"Write the centred form u ~ MvNormal(mu, chol=...) (an L x k matrix) built "
+            f"from {rv.name!r} in place of the product"
+        )
     else:
         instead = f"Write the centred form u ~ Normal(0, {rv.name}) in place of the product"
     return (

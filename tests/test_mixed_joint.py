@@ -218,7 +218,7 @@ def test_a_proposal_factorization_leaves_the_current_one_intact():
     w = kernel._reference[1]
     b = np.linspace(-1.0, 1.0, kernel.dim)
     for f in (f1, f2):
-        Q = A.T @ (A * w[:, None]) + np.diag(f.lam)
+        Q = A.T @ (A * w[:, None]) + np.diag(f.lam.diag)
         np.testing.assert_allclose(f.factor.solve(b), np.linalg.solve(Q, b), rtol=1e-8)
         eps = f.factor.whiten(b)
         np.testing.assert_allclose(f.factor.sample(eps), b, rtol=1e-8, atol=1e-10)

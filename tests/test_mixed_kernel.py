@@ -149,7 +149,7 @@ def test_coefficient_draw_is_the_gaussian_conditional():
     ev = kernel.evaluate(h, kernel.data_part(None))
     f = ev.factored
     Q = design_matrix(problem).toarray()
-    Q = Q.T @ Q * f.inv_s2 + np.diag(f.lam)
+    Q = Q.T @ Q * f.inv_s2 + np.diag(f.lam.diag)
     cov = np.linalg.inv(Q)
     mean = ev.mean + kernel.coef_mean
     rng = np.random.default_rng(6)
@@ -289,7 +289,7 @@ def test_glmm_mode_newton_converges_to_a_stationary_point():
     lam = kernel.prior_precision(np.array([0.7, 0.3, 0.5]))
     c, obj, factor, w = coef_mode(kernel, lam)
     eta = kernel.A @ c + kernel.offset
-    grad = kernel.AT @ problem.family.grad(eta, problem.y, None) + lam * c
+    grad = kernel.AT @ problem.family.grad(eta, problem.y, None) + lam.matvec(c)
     assert np.max(np.abs(grad)) < 1e-6
 
 

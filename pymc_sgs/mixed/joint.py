@@ -64,10 +64,10 @@ COEF_TAIL_DF = 5.0
 
 class _Fit(NamedTuple):
     h: np.ndarray
-    lam: np.ndarray
+    lam: object  # the prior precision, a PriorPrecision
     log_prior: float
     mode: np.ndarray  # c*(h), deviations from the prior mean
-    factor: object  # of H(h) = A^T W A + diag(lam)
+    factor: object  # of H(h) = A^T W A + Lambda
     w: np.ndarray  # likelihood curvature of each row at c*(h)
     sds: np.ndarray  # the term sds at h
     slot: int  # which of the precision's two sparse solvers holds the factor
@@ -191,14 +191,14 @@ class LaplaceJointKernel(MixedKernel):
                         w_h = np.maximum(family.hess(eta0, p.y, p.trials), 0.0)
                         scale = float(np.sum(w_h)) / w0_sum
                     factor = prec.factor(lam, scale, slot)
-                    mode = c_ref - factor.solve(g0 + lam * c_ref)
+                    mode = c_ref - factor.solve(g0 + lam.matvec(c_ref))
                 else:
                     mode, _, factor, w = coef_mode(self, lam, c0, family=family)
         except np.linalg.LinAlgError:
             return None
         if not (np.all(np.isfinite(mode)) and np.isfinite(factor.logdet)):
             return None
-        half_log_lam = 0.5 * float(np.sum(np.log(lam[lam > 0])))
+        half_log_lam = float(lam.half_logdet())
         lik_const, row_param = 0.0, None
         if free_params:
             lik_const = likelihood_constant(family, p.y, p.trials)
@@ -245,7 +245,7 @@ class LaplaceJointKernel(MixedKernel):
             with np.errstate(over="ignore", invalid="ignore"):
                 u = float(np.sum(fit.family.potential(eta, p.y, p.trials)))
         lam = fit.lam
-        val = fit.log_prior - u - 0.5 * float(np.sum(lam * c * c))
+        val = fit.log_prior - u - 0.5 * lam.quad(c)
         val += fit.half_log_lam
         if p.family_params is not None:
             val += fit.lik_const

@@ -43,6 +43,7 @@ import numpy as np
 from ..conditionals import sample_z_exact
 from ..weights import log_weight_rows
 from .precision import MixedPrecision
+from .prior import PriorPrecision
 
 __all__ = ["AugmentedKernel", "HyperProposal", "MixedState", "MixedInfo", "MixedKernel"]
 
@@ -111,7 +112,7 @@ def _t_logpdf_unnorm(h, centre, chol, df):
 class _Factored(NamedTuple):
     h: np.ndarray
     factor: object
-    lam: np.ndarray
+    lam: object  # the prior precision, a PriorPrecision
     inv_s2: float
     const: float  # the part of log p(h) + log p(z | h) that does not depend on z
     slot: int
@@ -162,6 +163,18 @@ class MixedKernel:
             if problem.terms
             else np.zeros(0, dtype=np.intp)
         )
+        # correlated group effects: each block's coefficients, level by level
+        starts = np.cumsum([p] + [t.n_levels for t in problem.terms])
+        self._blocks = [
+            (
+                np.stack([starts[i] + np.arange(problem.terms[i].n_levels) for i in ct.terms], 1),
+                ct.cov,
+            )
+            for ct in problem.correlated
+        ]
+        self._in_block = np.zeros(self.dim, dtype=bool)
+        for pos, _ in self._blocks:
+            self._in_block[pos] = True
         if not self.split:
             r = problem.y - self.offset
             self._data = (self.AT @ r, float(r @ r))
@@ -175,13 +188,24 @@ class MixedKernel:
 
     def prior_at(self, h):
         """``(log prior, term sds, observation sd, prior precision)`` at ``h``; None where the
-        prior density is zero or the sds or precisions are not positive and finite."""
-        log_prior, sds, noise_sd = self.hyper_values(h)
+        prior density is zero or the sds or precisions are not positive and finite.
+
+        The prior precision is a :class:`~pymc_sgs.mixed.prior.PriorPrecision`.
+        """
+        h = np.asarray(h, dtype=float)
+        covs = ()
+        if self._blocks:
+            log_prior, sds, noise_sd, covs = self.problem.hyper_cov(h)
+        else:
+            log_prior, sds, noise_sd = self.hyper_values(h)
         if not (np.isfinite(log_prior) and np.all(np.isfinite(sds)) and np.all(sds > 0)):
             return None
-        with np.errstate(over="ignore"):
-            lam = self.prior_precision(sds)
-        if not np.all(np.isfinite(lam)):
+        try:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                lam = self.prior_precision(sds, covs)
+        except np.linalg.LinAlgError:
+            return None  # a covariance that is not positive definite
+        if not lam.is_finite():
             return None  # an sd so small its precision overflows: no density to speak of
         return float(log_prior), sds, noise_sd, lam
 
@@ -192,9 +216,25 @@ class MixedKernel:
             return f.sds
         return self.hyper_values(h)[1]
 
-    def prior_precision(self, sds) -> np.ndarray:
+    def prior_precision(self, sds, covs=()) -> PriorPrecision:
+        """``Lambda`` from the term sds and, for correlated blocks, their covariances.
+
+        Raises
+        ------
+        numpy.linalg.LinAlgError
+            If a covariance is not positive definite.
+        """
         sds = np.asarray(sds, dtype=float)
-        return np.concatenate([self.beta_precision, 1.0 / sds[self.level_term] ** 2])
+        diag = np.concatenate([self.beta_precision, 1.0 / sds[self.level_term] ** 2])
+        if not self._blocks:
+            return PriorPrecision(diag)
+        diag[self._in_block] = 0.0
+        blocks = []
+        for pos, i in self._blocks:
+            chol = np.linalg.cholesky(np.asarray(covs[i], dtype=float))
+            inv_chol = np.linalg.inv(chol)
+            blocks.append((pos, inv_chol.T @ inv_chol))
+        return PriorPrecision(diag, tuple(blocks))
 
     def eta(self, coef) -> np.ndarray:
         return self.A @ (coef - self.coef_mean) + self.offset
@@ -228,7 +268,7 @@ class MixedKernel:
         const = (
             float(log_prior)
             - self.problem.n * np.log(s)
-            + 0.5 * float(np.sum(np.log(lam[lam > 0])))
+            + float(lam.half_logdet())
             - 0.5 * factor.logdet
         )
         return _Factored(np.asarray(h, dtype=float), factor, lam, inv_s2, const, slot, sds)

@@ -18,6 +18,8 @@ from typing import NamedTuple
 import numpy as np
 import scipy.optimize
 
+from .prior import PriorPrecision
+
 __all__ = ["MixedMode", "coef_mode", "hyper_mode", "likelihood_constant", "log_marginal"]
 
 
@@ -39,25 +41,28 @@ def likelihood_constant(family, y, trials=None) -> float:
 
 
 def coef_mode(kernel, lam, c0=None, *, family=None, tol=1e-9, max_iter=100):
-    """Conditional mode of the coefficient deviations of a GLMM at prior precision ``lam``.
+    """Conditional mode of the coefficient deviations of a GLMM at prior precision ``lam``
+    (a :class:`~pymc_sgs.mixed.prior.PriorPrecision`).
 
     ``family`` is the likelihood at the hyperparameters (default the problem's). Returns
     ``(c, objective, factor of the Hessian, row curvatures)``.
     """
     p = kernel.problem
     fam = p.family if family is None else family
+    if not isinstance(lam, PriorPrecision):
+        lam = PriorPrecision(np.asarray(lam, dtype=float))
     A = kernel.A
     c = np.zeros(kernel.dim) if c0 is None else np.array(c0, dtype=float)
 
     def objective(c):
         eta = A @ c + kernel.offset
         u = float(np.sum(fam.potential(eta, p.y, p.trials)))
-        return u + 0.5 * float(np.sum(lam * c * c)), eta
+        return u + 0.5 * lam.quad(c), eta
 
     obj, eta = objective(c)
     for _ in range(max_iter):
         w = np.maximum(fam.hess(eta, p.y, p.trials), 0.0)
-        grad = kernel.AT @ fam.grad(eta, p.y, p.trials) + lam * c
+        grad = kernel.AT @ fam.grad(eta, p.y, p.trials) + lam.matvec(c)
         factor = kernel.precision.reweighted(w).factor(lam, 1.0)
         step = factor.solve(grad)
         dec = float(grad @ step)
@@ -94,7 +99,7 @@ def _log_post_laplace(kernel, h, cache):
     except np.linalg.LinAlgError:
         return -np.inf
     cache["c"] = c
-    return float(log_prior - obj + const + 0.5 * np.sum(np.log(lam[lam > 0])) - 0.5 * factor.logdet)
+    return float(log_prior - obj + const + lam.half_logdet() - 0.5 * factor.logdet)
 
 
 def log_marginal(kernel, h, cache=None) -> float:
@@ -142,9 +147,8 @@ def hyper_mode(kernel, h0) -> MixedMode:
             h_cov = np.eye(K)
     else:
         h, h_cov = h0, np.zeros((0, 0))
-    _, sds, _ = kernel.hyper_values(h)
-    lam = kernel.prior_precision(sds)
     if kernel.split:
+        lam = kernel.prior_at(h)[3]
         c, _, _, w = coef_mode(kernel, lam, cache.get("c"), family=kernel.problem.family_at(h))
     else:
         ev = kernel.evaluate(h, kernel.data_part(None))

@@ -45,6 +45,8 @@ from scipy.linalg.lapack import dpotrf as _potrf
 from scipy.linalg.lapack import dpotrs as _potrs
 from scipy.linalg.lapack import dtrtrs as _trtrs
 
+from .prior import PriorPrecision
+
 __all__ = [
     "DENSE_MAX",
     "DENSE_SMALL",
@@ -241,6 +243,13 @@ class MixedPrecision:
             else np.zeros(0, dtype=np.intp)
         )  # level-major: (level 0: term 1, term 2, ...), (level 1: ...)
         R = np.setdiff1d(np.arange(self.dim), B)
+        # correlated blocks: (level x term) coefficient positions, as in the kernel's prior
+        self._blocks = [
+            np.stack(
+                [self.term_start[i] + np.arange(problem.terms[i].n_levels) for i in ct.terms], 1
+            )
+            for ct in getattr(problem, "correlated", ())
+        ]
         if method == "auto":
             if self.dim <= DENSE_SMALL and n * self.dim <= DENSE_ROWS:
                 method = "dense"
@@ -252,6 +261,14 @@ class MixedPrecision:
             self._diag = np.diag_indices(self.dim)
         elif method == "schur":
             self.B, self.R, self.L, self.k, self._big = B, R, L, k, big
+            # where each correlated block's precision goes: its terms' columns within the
+            # Q_BB blocks (on the largest factor), or its positions in the dense remainder
+            self._block_places = []
+            for pos, ct in zip(self._blocks, problem.correlated):
+                if set(ct.terms) <= set(big):
+                    self._block_places.append(("B", np.array([big.index(i) for i in ct.terms])))
+                else:
+                    self._block_places.append(("R", np.searchsorted(R, pos)))
             # with no other grouping factor, R is the common coefficients: A_B^T W A_R is a
             # dense (L k) x p matrix filled by bincounts
             self._common_only = R.size == problem.p
@@ -260,6 +277,11 @@ class MixedPrecision:
                 self._AR = sp.csr_matrix(self.A[:, R])
         else:
             G = sp.csc_matrix(self.A.T @ self.A)
+            for pos in self._blocks:
+                L_b, k_b = pos.shape
+                rows = np.repeat(pos, k_b, axis=1).ravel()
+                cols = np.tile(pos, (1, k_b)).ravel()
+                G = G + sp.csc_matrix((np.ones(rows.size), (rows, cols)), shape=G.shape)
             pattern = sp.triu(G + sp.eye(self.dim), format="csc")
             pattern.sort_indices()
             self.pattern = pattern
@@ -268,6 +290,18 @@ class MixedPrecision:
             self.diag_pos = np.searchsorted(
                 self._keys, np.arange(self.dim, dtype=np.int64) * (self.dim + 1)
             )
+            # each correlated block's upper-triangle entries: data positions and (i, j)
+            self._block_entries = []
+            for pos in self._blocks:
+                k_b = pos.shape[1]
+                ii, jj = np.meshgrid(np.arange(k_b), np.arange(k_b), indexing="ij")
+                r, c = pos[:, ii.ravel()], pos[:, jj.ravel()]
+                upper = r <= c
+                keys = c[upper].astype(np.int64) * self.dim + r[upper]
+                which = np.broadcast_to(np.arange(k_b * k_b), r.shape)[upper]
+                self._block_entries.append(
+                    (np.searchsorted(self._keys, keys), ii.ravel()[which], jj.ravel()[which])
+                )
             self._solvers = [None, None]
         self._set_weights(None if row_weights is None else np.asarray(row_weights, dtype=float))
 
@@ -324,8 +358,11 @@ class MixedPrecision:
         np.add.at(data, np.searchsorted(self._keys, keys), G.data)
         self.G_data = data
 
-    def factor(self, lam, inv_s2: float, slot: int = 0):
-        """Factor ``Q = inv_s2 * A^T W A + diag(lam)``.
+    def factor(self, prior, inv_s2: float, slot: int = 0):
+        """Factor ``Q = inv_s2 * A^T W A + Lambda``.
+
+        ``prior`` is ``Lambda``, a :class:`~pymc_sgs.mixed.prior.PriorPrecision` (a plain
+        array is its diagonal).
 
         ``slot`` (0 or 1) selects which of two reusable sparse solvers receives the
         factorization, so that a proposal can be factored while the current state's
@@ -336,23 +373,39 @@ class MixedPrecision:
         numpy.linalg.LinAlgError
             If ``Q`` is not positive definite.
         """
-        lam = np.asarray(lam, dtype=float)
+        if isinstance(prior, PriorPrecision):
+            lam, blocks = prior.diag, prior.blocks
+        else:
+            lam, blocks = np.asarray(prior, dtype=float), ()
+        if len(blocks) != len(self._blocks):
+            raise ValueError(
+                f"the prior precision has {len(blocks)} correlated blocks; the model has "
+                f"{len(self._blocks)}"
+            )
         if self.method == "dense":
             Q = self.G * inv_s2
             Q[self._diag] += lam
+            for pos, P in blocks:
+                Q[pos[:, :, None], pos[:, None, :]] += P
             chol, info = _potrf(Q, lower=1, clean=1, overwrite_a=1)
             if info != 0:
                 raise np.linalg.LinAlgError("precision not positive definite")
             return DenseFactor(chol, 2.0 * float(np.sum(np.log(np.diag(chol)))))
         if self.method == "schur":
-            return self._schur(lam, inv_s2)
-        return self._sparse(lam, inv_s2, slot)
+            return self._schur(lam, blocks, inv_s2)
+        return self._sparse(lam, blocks, inv_s2, slot)
 
-    def _schur(self, lam, inv_s2):
+    def _schur(self, lam, blocks, inv_s2):
         L, k, B, R = self.L, self.k, self.B, self.R
         QBB = self.GBB * inv_s2
         lamB = lam[B].reshape(L, k)
         QBB[:, np.arange(k), np.arange(k)] += lamB
+        in_R = []
+        for (where, place), (_, P) in zip(self._block_places, blocks):
+            if where == "B":
+                QBB[:, place[:, None], place[None, :]] += P
+            else:
+                in_R.append((place, P))
         if k == 1:
             q = QBB[:, 0, 0]
             if np.any(~(q > 0)):
@@ -368,6 +421,8 @@ class MixedPrecision:
         if R.size:
             S = self.GRR * inv_s2
             S[np.diag_indices_from(S)] += lam[R]
+            for place, P in in_R:
+                S[place[:, :, None], place[:, None, :]] += P
             if B.size:
                 if sp.issparse(QBR):
                     if k == 1:
@@ -386,12 +441,14 @@ class MixedPrecision:
             chol_S = np.zeros((0, 0))
         return SchurFactor(B, R, inv, Bchol, QBR, chol_S, logdet, self.dim)
 
-    def _sparse(self, lam, inv_s2, slot):
+    def _sparse(self, lam, blocks, inv_s2, slot):
         import qdldl
 
         Q = self.pattern.copy()
         Q.data = self.G_data * inv_s2
         Q.data[self.diag_pos] += lam
+        for (at, i, j), (_, P) in zip(self._block_entries, blocks):
+            Q.data[at] += P[i, j]
         solver = self._solvers[slot]
         try:
             if solver is None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..families import Family
 
-__all__ = ["GroupTerm", "MixedProblem"]
+__all__ = ["CorrelatedTerms", "GroupTerm", "MixedProblem"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,19 @@ class GroupTerm:
 
 
 @dataclass(frozen=True)
+class CorrelatedTerms:
+    """Terms of one grouping factor with a joint prior ``v_l ~ N(0, Sigma(h))`` per level.
+
+    ``terms`` are positions in :attr:`MixedProblem.terms` (the order of ``Sigma``'s rows);
+    ``Sigma`` is the ``cov``-th covariance :attr:`MixedProblem.hyper_cov` returns. The
+    terms' entries in the sds are ``sqrt(diag(Sigma))``.
+    """
+
+    terms: tuple
+    cov: int
+
+
+@dataclass(frozen=True)
 class MixedProblem:
     """A GLMM (``family`` set, its rows split) or a linear mixed model (``family=None``).
 
@@ -77,6 +90,10 @@ class MixedProblem:
     #: ``h -> {name: value}`` of the likelihood's free nuisance parameters (NegativeBinomial
     #: ``alpha``, Gamma ``shape``), which are then part of ``h``; None when they are fixed
     family_params: Callable | None = None
+    #: correlated group effects (:class:`CorrelatedTerms`); their covariances come from
+    #: ``hyper_cov(h) -> (log prior, term sds, observation sd, (Sigma_1, ...))``
+    correlated: tuple = ()
+    hyper_cov: Callable | None = None
 
     def family_at(self, h) -> Family | None:
         """The likelihood family at hyperparameters ``h``; None where its parameters are

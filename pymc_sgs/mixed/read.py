@@ -29,7 +29,7 @@ try:  # moved in pytensor 2.32; the old location warns
     from pytensor.graph.traversal import io_toposort
 except ImportError:  # pragma: no cover - older pytensor
     from pytensor.graph.basic import io_toposort
-from pytensor.scalar.basic import Mul
+from pytensor.scalar.basic import Mul, Second
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.random.basic import MvNormalRV, NormalRV
 from pytensor.tensor.random.op import RandomVariable
@@ -48,7 +48,7 @@ from ..graph import (
     value_of,
 )
 from ..recognise import classify_observed
-from .problem import GroupTerm, MixedProblem
+from .problem import CorrelatedTerms, GroupTerm, MixedProblem
 
 __all__ = ["MixedLayout", "MixedModel", "group_hyperparameters", "read_mixed_model"]
 
@@ -124,6 +124,57 @@ def _hoist_scales(graphs, model):
     return [None if g is None else _rebuild(g, memo) for g in graphs]
 
 
+def _const_int(var):
+    """The value of a constant integer scalar graph (a column position), else None."""
+    try:
+        val = np.asarray(value_of(var))
+    except Exception:  # not constant
+        return None
+    if val.ndim != 0 or not np.issubdtype(val.dtype, np.integer):
+        return None
+    return int(val)
+
+
+def _canonical_indexing(graphs, model):
+    """Rewrite every indexing of a group-coefficient matrix by rows as one ``u[g]``.
+
+    Users pick the columns of an ``L x k`` matrix ``u`` as ``u[g, j]`` or ``u[g][:, j]``;
+    either way the rows are one group-specific array ``u[g]`` (``n x k``), which is what the
+    reading below recognises. ``u[g, j]`` becomes ``u[g][:, j]``, and all ``u[g]`` with the
+    same ``u`` and the same index values become one variable (same values).
+    """
+    shared = {}
+    replace = {}
+    for node in io_toposort([], [g for g in graphs if g is not None]):
+        if not isinstance(node.op, _INDEX_OPS) or len(node.inputs) < 2:
+            continue
+        src, idx, *rest = node.inputs
+        if src.ndim != 2 or idx.ndim != 1 or free_rvs_in([idx, *rest], model):
+            continue
+        if not free_rvs_in([src], model):
+            continue
+        cols = [_const_int(r) for r in rest]
+        if len(rest) > 1 or any(c is None for c in cols):
+            continue
+        try:
+            idx_val = np.asarray(value_of(idx))
+        except Exception:  # pragma: no cover - constant by the check above
+            continue
+        if not np.issubdtype(idx_val.dtype, np.integer):
+            continue
+        key = (src, idx_val.shape, idx_val.tobytes())
+        if key not in shared:
+            shared[key] = node.outputs[0] if not rest else src[idx]
+        rows = shared[key]
+        out = rows if not rest else rows[:, cols[0]]
+        if out is not node.outputs[0]:
+            replace[node.outputs[0]] = out
+    if not replace:
+        return list(graphs)
+    memo = dict(replace)
+    return [None if g is None else _rebuild(g, memo) for g in graphs]
+
+
 def _rebuild(var, memo):
     """``var`` with the replacements in ``memo``, rebuilding only the nodes between them and
     ``var``: the model's own random variables stay the same objects (clone_replace would
@@ -162,13 +213,14 @@ def group_hyperparameters(model, free_dispersion: bool = True) -> list:
             # free dispersion / shape parameters, non-log-concave likelihoods: the GLM path
             # (centred group terms, scales updated by NUTS) samples them
             continue
-        (eta,) = _hoist_scales([term.eta], model)
+        (eta,) = _canonical_indexing([term.eta], model)
+        (eta,) = _hoist_scales([eta], model)
         for gv in _index_nodes(eta, model):
             try:
                 source = _read_source(gv.owner.inputs[0], model, "group term")
             except UnsupportedModelError:
                 continue  # not a group term this path reads; the GLM path says why
-            found += [v for v in (source.scale, source.mean_rv) if v is not None]
+            found += [v for v in source.hyper_rvs if v not in found]
     return found
 
 
@@ -208,10 +260,64 @@ class _Source:
     mean_value: np.ndarray  # the constant mean, broadcast to (k,)
     k: int  # columns (terms) of this group coefficient array
     n_levels: int
+    cov: object = None  # the k x k covariance graph of correlated effects (MvNormal), else None
+    cov_rvs: tuple = ()  # the free variables of ``cov`` (e.g. an LKJ Cholesky factor's)
+
+    @property
+    def hyper_rvs(self) -> list:
+        """The free variables of this term's prior (its scale or covariance, and mean)."""
+        return [v for v in [self.scale, *self.cov_rvs, self.mean_rv] if v is not None]
 
 
 def _is_const(graph, model):
     return not free_rvs_in([graph], model)
+
+
+def _broadcast_source(var):
+    """The values ``var`` broadcasts: PyMC's MvNormal broadcasts its mean against the
+    covariance (``second(cov[..., 0], mu)``), which makes a constant mean look dependent on
+    the covariance's free variables."""
+    while var.owner is not None:
+        op = var.owner.op
+        if isinstance(op, DimShuffle) and op.is_expand_dims:
+            var = var.owner.inputs[0]
+        elif isinstance(op, Elemwise) and isinstance(op.scalar_op, Second):
+            var = var.owner.inputs[1]
+        else:
+            break
+    return var
+
+
+def _read_correlated(rv, model, name, mean_of):
+    """``u ~ MvNormal(mu, Sigma)``, an ``L x k`` matrix: ``k`` correlated terms per level."""
+    rshape = shape_of(rv)
+    if len(rshape) != 2:
+        raise UnsupportedModelError(
+            f"group-specific term {name!r}: {rv.name!r} is an MvNormal of shape {rshape}; "
+            "SplitGibbs reads correlated group effects as an L x k matrix (one row per level). "
+            f"Sample this model with {NUTS}."
+        )
+    L, k = (int(x) for x in rshape)
+    mu, cov = rv.owner.inputs[2:4]
+    lead = cov.type.shape[:-2]
+    if cov.type.ndim >= 2 and all(d == 1 for d in lead):
+        # PyMC gives the covariance the batch shape (1, k, k)
+        cov = cov.reshape((k, k)) if lead else cov
+    else:
+        raise UnsupportedModelError(
+            f"group-specific term {name!r}: {rv.name!r} has a covariance per level; SplitGibbs "
+            f"needs one k x k covariance shared by the levels. Sample this model with {NUTS}."
+        )
+    deps = free_rvs_in([cov], model)
+    for d in deps:
+        if free_rvs_in(d.owner.inputs[2:], model):
+            raise UnsupportedModelError(
+                f"group-specific term {name!r}: the prior of {d.name!r} (in the covariance of "
+                f"{rv.name!r}) depends on other free variables, which the mixed-model sampler "
+                f"does not support. Sample this model with {NUTS}."
+            )
+    mean_rv, mean_value = mean_of(mu, rshape, L, k)
+    return _Source(rv, False, None, None, mean_rv, mean_value, k, L, cov=cov, cov_rvs=tuple(deps))
 
 
 def _read_source(var, model, name):
@@ -224,7 +330,9 @@ def _read_source(var, model, name):
     hint = (
         "SplitGibbs reads group-specific terms written u[g] with u ~ Normal(mu, tau) "
         "(centred) or tau * offset[g] with offset ~ Normal(0, 1) (non-centred, Bambi's "
-        "default), tau a free scale with its own prior"
+        "default), tau a free scale with its own prior; correlated effects as an L x k "
+        "matrix u ~ MvNormal(mu, chol=chol) (centred), the covariance a function of free "
+        "variables with their own priors (e.g. pm.LKJCholeskyCov)"
     )
 
     def scale_of(graph, k):
@@ -257,15 +365,36 @@ def _read_source(var, model, name):
             f"{hint}; or sample this model with {NUTS}."
         )
 
+    def mean_of(mu, rshape, L, k):
+        """``(free mean variable or None, constant mean per column)``."""
+        mu = _broadcast_source(mu)
+        if _is_const(mu, model):
+            mean_value = np.broadcast_to(np.asarray(value_of(mu), dtype=float), rshape)
+            mean_value = mean_value.reshape(L, k)
+            if not np.all(mean_value == mean_value[:1]):
+                raise UnsupportedModelError(
+                    f"group-specific term {name!r}: its prior mean differs between levels; "
+                    "SplitGibbs needs one mean per term."
+                )
+            return None, mean_value[0].copy()
+        m = _strip(mu)
+        if m not in free or not isinstance(m.owner.op, NormalRV):
+            raise UnsupportedModelError(
+                f"group-specific term {name!r}: its prior mean is a function of free "
+                f"variables {[r.name for r in free_rvs_in([mu], model)]}, not one free "
+                f"Normal variable. {hint}; or sample this model with {NUTS}."
+            )
+        if int(np.prod(shape_of(m))) not in (1, k):
+            raise UnsupportedModelError(
+                f"group-specific term {name!r}: its mean {m.name!r} must be a scalar or have "
+                f"one entry per column ({k})."
+            )
+        return m, np.zeros(k)
+
     if src in free:
         rv = src
         if isinstance(rv.owner.op, MvNormalRV):
-            raise UnsupportedModelError(
-                f"group-specific term {name!r}: {rv.name!r} has an MvNormal prior (correlated "
-                "group effects, e.g. with an LKJ covariance), which the mixed-model sampler does "
-                "not support yet. Use independent Normal terms (Bambi's default "
-                f"'(x|g)'), or sample this model with {NUTS}."
-            )
+            return _read_correlated(rv, model, name, mean_of)
         if not isinstance(rv.owner.op, NormalRV):
             raise UnsupportedModelError(
                 f"group-specific term {name!r}: {rv.name!r} has a {dist_name(rv)} prior. {hint}; "
@@ -276,30 +405,7 @@ def _read_source(var, model, name):
         L = int(rshape[0])
         mu, sd = rv.owner.inputs[2:]
         scale, scale_value = scale_of(sd, k)
-        mean_rv, mean_value = None, np.zeros(k)
-        if _is_const(mu, model):
-            mean_value = np.broadcast_to(np.asarray(value_of(mu), dtype=float), rshape)
-            mean_value = mean_value.reshape(L, k)
-            if not np.all(mean_value == mean_value[:1]):
-                raise UnsupportedModelError(
-                    f"group-specific term {name!r}: its prior mean differs between levels; "
-                    "SplitGibbs needs one mean per term."
-                )
-            mean_value = mean_value[0].copy()
-        else:
-            m = _strip(mu)
-            if m not in free or not isinstance(m.owner.op, NormalRV):
-                raise UnsupportedModelError(
-                    f"group-specific term {name!r}: its prior mean is a function of free "
-                    f"variables {[r.name for r in free_rvs_in([mu], model)]}, not one free "
-                    f"Normal variable. {hint}; or sample this model with {NUTS}."
-                )
-            if int(np.prod(shape_of(m))) not in (1, k):
-                raise UnsupportedModelError(
-                    f"group-specific term {name!r}: its mean {m.name!r} must be a scalar or have "
-                    f"one entry per column ({k})."
-                )
-            mean_rv = m
+        mean_rv, mean_value = mean_of(mu, rshape, L, k)
         return _Source(rv, False, scale, scale_value, mean_rv, mean_value, k, L)
 
     node = src.owner
@@ -395,15 +501,25 @@ class MixedModel:
     hyper_names: list  # names of the hyperparameters' value variables (for messages)
 
 
-def _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model):
-    """Compile ``h -> (log prior, term sds, observation sd)``."""
+def _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model, covs=(), cov_slots=()):
+    """Compile ``h -> (log prior, term sds, observation sd)``, and the same with the
+    covariances ``covs`` of correlated terms appended (None when there are none).
+
+    ``cov_slots`` are ``(covariance, column)`` of the correlated terms, whose sds
+    (``sqrt`` of the covariance's diagonal) follow those of ``scale_slots``.
+    """
     values = [model.rvs_to_values[r] for r in hyper_rvs]
-    if hyper_rvs:
-        logp = model.logp(vars=hyper_rvs, jacobian=True, sum=True)
+    if hyper_rvs or covs:
+        logp = model.logp(vars=hyper_rvs, jacobian=True, sum=True) if hyper_rvs else None
+        if logp is None:
+            logp = pytensor.tensor.constant(0.0)
         untransformed = model.replace_rvs_by_values(list(hyper_rvs))
+        cov_values = model.replace_rvs_by_values(list(covs))
         # evaluated at every hyperparameter proposal: compiled, unlike the one-off
         # detection graphs
-        fn = pytensor.function(values, [logp, *untransformed], on_unused_input="ignore")
+        fn = pytensor.function(
+            values, [logp, *untransformed, *cov_values], on_unused_input="ignore"
+        )
         fn.trust_input = True
     else:
         fn = None
@@ -416,27 +532,37 @@ def _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model):
     # (output, element) of each term's sd; a scalar scale shared by k terms has one element
     slots = [(by_rv[rv], j, k) for rv, k, j in scale_slots]
     const_sds = np.asarray(const_sds, dtype=float)
-    n_sds = len(slots) + const_sds.size
+    n_cov = len(cov_slots)
+    n_sds = len(slots) + n_cov + const_sds.size
 
-    def hyper(h):
+    def evaluate(h):
         if fn is None:
-            return 0.0, const_sds.copy(), float(noise[1]) if noise[1] is not None else np.nan
+            return 0.0, const_sds.copy(), float(noise[1]) if noise[1] is not None else np.nan, ()
         parts = [np.asarray(h[a:b].reshape(s), dtype=dt) for a, b, s, dt in pieces]
         with np.errstate(all="ignore"):
             out = fn(*parts)
-        logp, vals = float(out[0]), [np.ravel(np.asarray(v, dtype=float)) for v in out[1:]]
+        n_out = len(hyper_rvs)
+        logp = float(out[0])
+        vals = [np.ravel(np.asarray(v, dtype=float)) for v in out[1 : 1 + n_out]]
         sds = np.empty(n_sds)
         for t, (i, j, k) in enumerate(slots):
             v = vals[i]
             sds[t] = v[j] if v.size == k else np.broadcast_to(v, (k,))[j]
-        sds[len(slots) :] = const_sds
+        cov_mats = tuple(np.array(c, dtype=float) for c in out[1 + n_out :])
+        with np.errstate(invalid="ignore"):
+            for t, (c, j) in enumerate(cov_slots):
+                sds[len(slots) + t] = np.sqrt(cov_mats[c][j, j])
+        sds[len(slots) + n_cov :] = const_sds
         if noise[0] is not None:
             noise_sd = float(vals[by_rv[noise[0]]][0])
         else:
             noise_sd = float(noise[1]) if noise[1] is not None else np.nan
-        return logp, sds, noise_sd
+        return logp, sds, noise_sd, cov_mats
 
-    return hyper
+    def hyper(h):
+        return evaluate(h)[:3]
+
+    return hyper, (evaluate if covs else None)
 
 
 def _family_parameters(term, obs, model, predictor_rvs=(), seed: int = 0):
@@ -577,7 +703,8 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
             f"observed variable {obs.name!r}: {dist_name(obs)} likelihoods are not supported "
             f"in mixed models by SplitGibbs. Sample this model with {NUTS}."
         )
-    eta, mean_param = _hoist_scales([term.eta, term.param], model)
+    eta, mean_param = _canonical_indexing([term.eta, term.param], model)
+    eta, mean_param = _hoist_scales([eta, mean_param], model)
     group_vars = _index_nodes(eta, model)
     if not group_vars:
         raise UnsupportedModelError(
@@ -623,8 +750,9 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
             common.append(m)
     hyper_rvs = []
     for s in sources:
-        if s.scale is not None and s.scale not in hyper_rvs:
-            hyper_rvs.append(s.scale)
+        for r in [s.scale, *s.cov_rvs]:
+            if r is not None and r not in hyper_rvs:
+                hyper_rvs.append(r)
     const_params, free_params = {}, {}
     if term.kind == "split":
         predictor_rvs = set(common) | set(owners) | set(hyper_rvs)
@@ -831,14 +959,21 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
         start += size
     common_start = dict(zip(common, np.cumsum([0] + c_sizes[:-1]).astype(int)))
 
-    # scales: one slot per (scale variable, column), then the fixed scales
+    # scales: one slot per (scale variable, column), then one per column of the correlated
+    # terms (the sqrt of their covariance's diagonal), then the fixed scales
     scale_slots, const_sds, terms = [], [], []
+    cov_graphs, cov_slots = [], []
     term_specs = []
     slot_of = {}
     for t, s in enumerate(sources):
         specs = []
+        if s.cov is not None:
+            cov_graphs.append(s.cov)
         for j in range(s.k):
-            if s.scale is not None:
+            if s.cov is not None:
+                slot = ("cov", len(cov_slots))
+                cov_slots.append((len(cov_graphs) - 1, j))
+            elif s.scale is not None:
                 k_sc = int(np.prod(shape_of(s.scale)))
                 key = (s.scale, j if k_sc > 1 else 0)
                 if key not in slot_of:
@@ -853,12 +988,22 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     n_rv_slots = len(scale_slots)
     col = p
     layout_groups = []
+    correlated = []
     for t, (s, gv) in enumerate(zip(sources, group_vars)):
         rv_name = model.rvs_to_values[s.rv].name
         cols_layout = []
+        if s.cov is not None:
+            correlated.append(
+                CorrelatedTerms(tuple(range(len(terms), len(terms) + s.k)), len(correlated))
+            )
         for j in range(s.k):
             spec = term_specs[t][j]
-            slot = spec if not isinstance(spec, tuple) else n_rv_slots + spec[1]
+            if not isinstance(spec, tuple):
+                slot = spec
+            elif spec[0] == "cov":
+                slot = n_rv_slots + spec[1]
+            else:
+                slot = n_rv_slots + len(cov_slots) + spec[1]
             values = columns[t][j]
             label = rv_name if s.k == 1 else f"{rv_name}[{j}]"
             terms.append(GroupTerm(label, f"factor{t}", indices[t], values, s.n_levels, slot))
@@ -884,7 +1029,9 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     terms = tuple(relabelled)
 
     hyper_size = int(sum(int(np.prod(shape_of(r))) for r in hyper_rvs))
-    hyper = _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model)
+    hyper, hyper_cov = _hyper_function(
+        hyper_rvs, scale_slots, const_sds, noise, model, cov_graphs, cov_slots
+    )
     family_params = _parameter_function(hyper_rvs, free_params, model) if free_params else None
     trials = None
     family = None
@@ -909,6 +1056,8 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
         family=family,
         trials=trials,
         family_params=family_params,
+        correlated=tuple(correlated),
+        hyper_cov=hyper_cov,
     )
     entries = []
     for r in common:

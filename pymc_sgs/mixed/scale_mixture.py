@@ -160,9 +160,22 @@ class StudentTKernel(AugmentedKernel):
     def log_conditional(self, h, eta, group) -> float:
         """``log p(h) + log p(c | h) + sum_i log t_nu(y_i; eta_i, sigma)`` up to a constant:
         the density of ``h`` given the coefficients, ``lambda`` integrated out."""
-        log_prior, sds, _ = self.hyper_values(h)
         fam = self.family(h)
-        if fam is None or not (np.isfinite(log_prior) and np.all(np.isfinite(sds))):
+        if fam is None:
+            return -np.inf
+        if self._blocks:
+            # correlated group effects: the block prior (the common coefficients' prior
+            # does not depend on h)
+            prior = self.prior_at(h)
+            if prior is None:
+                return -np.inf
+            log_prior, lam = prior[0], prior[3]
+            c = np.concatenate([np.zeros(self.problem.p), group])
+            lp = log_prior + float(lam.half_logdet()) - 0.5 * lam.quad(c)
+            lp += float(np.sum(fam.log_likelihood(eta, self.problem.y)))
+            return lp if np.isfinite(lp) else -np.inf
+        log_prior, sds, _ = self.hyper_values(h)
+        if not (np.isfinite(log_prior) and np.all(np.isfinite(sds))):
             return -np.inf
         if not np.all(sds > 0):
             return -np.inf
