@@ -163,14 +163,10 @@ class MixedKernel:
             if problem.terms
             else np.zeros(0, dtype=np.intp)
         )
-        # correlated group effects: each block's coefficients, level by level
-        starts = np.cumsum([p] + [t.n_levels for t in problem.terms])
+        # correlated group effects: each block's coefficients (the precision's positions)
+        # and its covariance
         self._blocks = [
-            (
-                np.stack([starts[i] + np.arange(problem.terms[i].n_levels) for i in ct.terms], 1),
-                ct.cov,
-            )
-            for ct in problem.correlated
+            (pos, ct.cov) for pos, ct in zip(self.precision.block_positions, problem.correlated)
         ]
         self._in_block = np.zeros(self.dim, dtype=bool)
         for pos, _ in self._blocks:

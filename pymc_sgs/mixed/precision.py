@@ -243,12 +243,12 @@ class MixedPrecision:
             else np.zeros(0, dtype=np.intp)
         )  # level-major: (level 0: term 1, term 2, ...), (level 1: ...)
         R = np.setdiff1d(np.arange(self.dim), B)
-        # correlated blocks: (level x term) coefficient positions, as in the kernel's prior
-        self._blocks = [
+        #: each correlated block's coefficients, an (levels x terms) array of positions
+        self.block_positions = [
             np.stack(
                 [self.term_start[i] + np.arange(problem.terms[i].n_levels) for i in ct.terms], 1
             )
-            for ct in getattr(problem, "correlated", ())
+            for ct in problem.correlated
         ]
         if method == "auto":
             if self.dim <= DENSE_SMALL and n * self.dim <= DENSE_ROWS:
@@ -264,7 +264,7 @@ class MixedPrecision:
             # where each correlated block's precision goes: its terms' columns within the
             # Q_BB blocks (on the largest factor), or its positions in the dense remainder
             self._block_places = []
-            for pos, ct in zip(self._blocks, problem.correlated):
+            for pos, ct in zip(self.block_positions, problem.correlated):
                 if set(ct.terms) <= set(big):
                     self._block_places.append(("B", np.array([big.index(i) for i in ct.terms])))
                 else:
@@ -277,7 +277,7 @@ class MixedPrecision:
                 self._AR = sp.csr_matrix(self.A[:, R])
         else:
             G = sp.csc_matrix(self.A.T @ self.A)
-            for pos in self._blocks:
+            for pos in self.block_positions:
                 L_b, k_b = pos.shape
                 rows = np.repeat(pos, k_b, axis=1).ravel()
                 cols = np.tile(pos, (1, k_b)).ravel()
@@ -292,7 +292,7 @@ class MixedPrecision:
             )
             # each correlated block's upper-triangle entries: data positions and (i, j)
             self._block_entries = []
-            for pos in self._blocks:
+            for pos in self.block_positions:
                 k_b = pos.shape[1]
                 ii, jj = np.meshgrid(np.arange(k_b), np.arange(k_b), indexing="ij")
                 r, c = pos[:, ii.ravel()], pos[:, jj.ravel()]
@@ -377,10 +377,10 @@ class MixedPrecision:
             lam, blocks = prior.diag, prior.blocks
         else:
             lam, blocks = np.asarray(prior, dtype=float), ()
-        if len(blocks) != len(self._blocks):
+        if len(blocks) != len(self.block_positions):
             raise ValueError(
                 f"the prior precision has {len(blocks)} correlated blocks; the model has "
-                f"{len(self._blocks)}"
+                f"{len(self.block_positions)}"
             )
         if self.method == "dense":
             Q = self.G * inv_s2

@@ -156,10 +156,7 @@ def _canonical_indexing(graphs, model):
         cols = [_const_int(r) for r in rest]
         if len(rest) > 1 or any(c is None for c in cols):
             continue
-        try:
-            idx_val = np.asarray(value_of(idx))
-        except Exception:  # pragma: no cover - constant by the check above
-            continue
+        idx_val = np.asarray(value_of(idx))
         if not np.issubdtype(idx_val.dtype, np.integer):
             continue
         key = (src, idx_val.shape, idx_val.tobytes())
@@ -173,6 +170,12 @@ def _canonical_indexing(graphs, model):
         return list(graphs)
     memo = dict(replace)
     return [None if g is None else _rebuild(g, memo) for g in graphs]
+
+
+def _normal_form(graphs, model):
+    """``graphs`` with group terms in the forms the reading recognises (same values): one
+    ``u[g]`` per group-coefficient matrix, then ``(tau * offset)[g]``."""
+    return _hoist_scales(_canonical_indexing(graphs, model), model)
 
 
 def _rebuild(var, memo):
@@ -213,8 +216,7 @@ def group_hyperparameters(model, free_dispersion: bool = True) -> list:
             # free dispersion / shape parameters, non-log-concave likelihoods: the GLM path
             # (centred group terms, scales updated by NUTS) samples them
             continue
-        (eta,) = _canonical_indexing([term.eta], model)
-        (eta,) = _hoist_scales([eta], model)
+        (eta,) = _normal_form([term.eta], model)
         for gv in _index_nodes(eta, model):
             try:
                 source = _read_source(gv.owner.inputs[0], model, "group term")
@@ -703,8 +705,7 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
             f"observed variable {obs.name!r}: {dist_name(obs)} likelihoods are not supported "
             f"in mixed models by SplitGibbs. Sample this model with {NUTS}."
         )
-    eta, mean_param = _canonical_indexing([term.eta, term.param], model)
-    eta, mean_param = _hoist_scales([eta, mean_param], model)
+    eta, mean_param = _normal_form([term.eta, term.param], model)
     group_vars = _index_nodes(eta, model)
     if not group_vars:
         raise UnsupportedModelError(
