@@ -25,7 +25,13 @@ import pytest
 import scipy.special
 
 import pymc_sgs
-from pymc_sgs.families import BernoulliLogit, BernoulliProbit, BinomialLogit, PoissonLog
+from pymc_sgs.families import (
+    BernoulliLogit,
+    BernoulliProbit,
+    BinomialLogit,
+    NegativeBinomialLog,
+    PoissonLog,
+)
 from pymc_sgs.mixed.adapt import FIRST_REFIT, empirical_shape, refit_due
 from pymc_sgs.mixed.joint import LaplaceJointKernel
 from pymc_sgs.mixed.kernel import HyperProposal
@@ -183,7 +189,7 @@ def test_local_moves_keep_the_target_and_their_ratio_matters():
     assert np.max(_check(wrong, ref_sigma, ref_u)) > 4
 
 
-@pytest.mark.parametrize("family", ["bernoulli", "binomial", "poisson"])
+@pytest.mark.parametrize("family", ["bernoulli", "binomial", "poisson", "negative_binomial"])
 def test_compiled_log_joint_equals_numpy_reference(family):
     problem = crossed_problem(seed=5, n=150, L1=10, L2=4, family=BernoulliLogit())
     rng = np.random.default_rng(6)
@@ -193,6 +199,9 @@ def test_compiled_log_joint_equals_numpy_reference(family):
         problem = dataclasses.replace(problem, family=BinomialLogit(), y=y, trials=trials)
     elif family == "poisson":
         problem = dataclasses.replace(problem, family=PoissonLog(), y=rng.poisson(2.0, problem.n))
+    elif family == "negative_binomial":
+        y = rng.negative_binomial(2.5, 0.4, problem.n).astype(float)
+        problem = dataclasses.replace(problem, family=NegativeBinomialLog(alpha=2.5), y=y)
     fast, slow = LaplaceJointKernel(problem), LaplaceJointKernel(problem, compiled=False)
     assert fast._compiled is not None and slow._compiled is None
     fit = slow.fit(np.array([-0.3, 0.2, -1.0]))

@@ -39,7 +39,6 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 from scipy.linalg.lapack import dpotrf as _potrf
 from scipy.linalg.lapack import dpotrs as _potrs
@@ -104,9 +103,9 @@ class SchurFactor:
             CT = np.swapaxes(self.Bchol, 1, 2)
             zB = np.linalg.solve(CT, eB.reshape(L, k, 1))[..., 0].ravel()
         if self.R.size:
-            xR = scipy.linalg.solve_triangular(
-                self.chol_S, eps[L * k :], trans="T", lower=True, check_finite=False
-            )
+            # LAPACK directly, as in DenseFactor: SciPy's wrappers cost more than these
+            # small solves, which run several times per iteration
+            xR = _trtrs(self.chol_S, eps[L * k :], lower=1, trans=1)[0]
             x[self.R] = xR
             x[self.B] = zB - self._block_solve(self.QBR @ xR)
         else:
@@ -144,7 +143,7 @@ class SchurFactor:
         x = np.empty(self.dim)
         if self.R.size:
             y = self._block_solve(bB)
-            xR = scipy.linalg.cho_solve((self.chol_S, True), bR - self.QBR.T @ y)
+            xR = _potrs(self.chol_S, bR - self.QBR.T @ y, lower=1)[0]
             x[self.R] = xR
             x[self.B] = self._block_solve(bB - self.QBR @ xR)
         else:
@@ -435,7 +434,9 @@ class MixedPrecision:
                 else:
                     BQ = np.einsum("lab,lbj->laj", inv, QBR.reshape(L, k, -1)).reshape(L * k, -1)
                     S -= QBR.T @ BQ
-            chol_S = scipy.linalg.cholesky(S, lower=True, check_finite=False)
+            chol_S, info = _potrf(S, lower=1, clean=1)
+            if info != 0:
+                raise np.linalg.LinAlgError("precision not positive definite")
             logdet += 2.0 * float(np.sum(np.log(np.diag(chol_S))))
         else:
             chol_S = np.zeros((0, 0))
