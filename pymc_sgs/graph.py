@@ -143,6 +143,33 @@ def free_rvs_in(graphs, model):
     return sorted(set(found), key=order.__getitem__)
 
 
+def _free_covariance_message(rv, hyper, model) -> str:
+    """Why an ``MvNormal`` prior with a free covariance was not read (the mixed-model step
+    reads it as correlated group effects under the conditions this names)."""
+    names = [h.name for h in hyper]
+    nested = {h.name: [v.name for v in free_rvs_in(h.owner.inputs[2:], model)] for h in hyper}
+    nested = {k: v for k, v in nested.items() if v}
+    form = (
+        "u ~ MvNormal(mu, chol=chol) with chol from pm.LKJCholeskyCov('chol', n=k, eta=2.0, "
+        "sd_dist=pm.HalfNormal.dist(2.5, shape=k))"
+    )
+    if nested:
+        return (
+            f"the MvNormal prior of {rv.name!r} has a covariance through {names}, whose own "
+            f"prior depends on the free variable(s) {nested} (a hyperprior on the group sds). "
+            "SplitGibbs reads correlated group effects only when the covariance's variables "
+            f"have priors with fixed parameters, e.g. {form}. Give the sds' prior fixed "
+            "scales, or sample this model with NUTS."
+        )
+    return (
+        f"the MvNormal prior of {rv.name!r} has a covariance that depends on the free "
+        f"variable(s) {names}. SplitGibbs reads such a prior only as correlated group effects: "
+        f"{rv.name!r} an L x k matrix whose rows a grouping factor picks in the linear predictor "
+        f"of a single likelihood ({rv.name}[g, 0] + {rv.name}[g, 1] * x), one k x k covariance "
+        f"shared by the levels, e.g. {form}. Write it so, or sample this model with NUTS."
+    )
+
+
 def gaussian_prior(rv, model, size):
     """(mean, precision, scale_source) of a coefficient's Normal / MvNormal / Flat prior.
 
@@ -174,6 +201,8 @@ def gaussian_prior(rv, model, size):
         inputs = [model.rvs_to_values[h] for h in hyper]
         fn = pytensor.function(inputs, sd_val, on_unused_input="ignore", mode=DETECT_MODE)
         return mu, np.eye(size), (fn, [v.name for v in inputs])
+    if hyper and isinstance(op, MvNormalRV):
+        raise UnsupportedModelError(_free_covariance_message(rv, hyper, model))
     if hyper:
         raise UnsupportedModelError(
             f"the prior of coefficient {name!r} depends on the free variable(s) "

@@ -232,7 +232,24 @@ def test_a_covariance_with_its_own_hyperprior_is_refused():
         u = pm.MvNormal("u", mu=np.zeros(2), chol=chol, shape=(5, 2))
         g = np.arange(20) % 5
         pm.Normal("y", u[g, 0] + u[g, 1] * np.linspace(0, 1, 20), 1.0, observed=np.zeros(20))
-    with pytest.raises(ValueError, match="depends on"):
+    # the message names the hyperprior and the form that is read, not a generic refusal
+    with pytest.raises(ValueError, match=r"hyperprior on the group sds.*LKJCholeskyCov") as err:
+        with model:
+            pymc_sgs.SplitGibbs()
+    assert "{'chol': ['s']}" in str(err.value)
+
+
+def test_a_free_covariance_outside_group_effects_names_the_form_that_is_read():
+    """An MvNormal vector of common coefficients with an LKJ covariance is no group term:
+    the refusal says which form of a free covariance SplitGibbs reads."""
+    with pm.Model() as model:
+        chol, _, _ = pm.LKJCholeskyCov(
+            "chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(1.0, shape=2), compute_corr=True
+        )
+        b = pm.MvNormal("b", mu=np.zeros(2), chol=chol)
+        x = np.linspace(0, 1, 20)
+        pm.Normal("y", b[0] + b[1] * x, 1.0, observed=np.zeros(20))
+    with pytest.raises(ValueError, match=r"only as correlated group effects.*L x k matrix"):
         with model:
             pymc_sgs.SplitGibbs()
 
