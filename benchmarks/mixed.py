@@ -509,7 +509,8 @@ COLUMNS_DOC = """## Columns
   variable list).
 - min bulk / tail ESS (at): ArviZ bulk ESS and tail ESS (5%/95% quantiles), minimum over the
   set's scalar parameters, and the parameter where it is reached; max R-hat: rank-normalised
-  split R-hat, maximum over the set.
+  split R-hat, maximum over the set. Parameters constant in every draw (the unit diagonal of
+  an LKJ correlation matrix) are left out.
 - wall s (setup): from `bmb.Model(...)` to the returned InferenceData (model build, PyTensor or
   numba compilation, SplitGibbs's model reading/Laplace fit, NUTS init, tuning, draws); in
   parentheses the part outside the sampling time (PyMC's `sampling_time`; for nutpie the

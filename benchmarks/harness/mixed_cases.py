@@ -496,6 +496,11 @@ def posterior_metrics(idata) -> dict:
             merged[v] = common[v]
     b, labels = _flatten(merged, names)
     bulk, tail, rhat = per_param(b)
+    # a parameter constant by construction (the unit diagonal of an LKJ correlation matrix)
+    # has no ESS; its rounding noise would otherwise enter the minima as an "ESS"
+    flat = b.reshape(-1, b.shape[2])
+    constant = np.ptp(flat, axis=0) <= 1e-12 * np.maximum(1.0, np.abs(flat).max(axis=0))
+    bulk, tail, rhat = (np.where(constant, np.nan, x) for x in (bulk, tail, rhat))
     owner = []
     for v in names:
         owner += [v] * int(np.prod(merged[v].shape[2:], dtype=int))
