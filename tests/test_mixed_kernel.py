@@ -16,6 +16,7 @@ import dataclasses
 import arviz as az
 import numpy as np
 import pytest
+import scipy.sparse
 import scipy.stats
 
 from pymc_sgs.families import BernoulliLogit
@@ -131,6 +132,32 @@ def test_factorizations_agree():
         np.testing.assert_allclose(out[method][1], out["dense"][1], rtol=1e-8, atol=1e-10)
 
 
+def test_schur_dense_and_sparse_coupling_agree(monkeypatch):
+    """The Schur factorization keeps ``Q_BR`` dense when that is cheap and sparse otherwise;
+    both give the same factor (log det, solve, sample and its inverse)."""
+    import pymc_sgs.mixed.precision as precision
+
+    problem = crossed_problem(seed=3, n=500, L1=40, L2=25)
+    lam = np.concatenate([[0.2, 0.3], np.linspace(0.5, 3.0, problem.dim - 2)])
+    rng = np.random.default_rng(5)
+    b, eps = rng.normal(size=problem.dim), rng.normal(size=problem.dim)
+    w = rng.uniform(0.5, 2.0, problem.n)  # row weights: the reweighted Gram pieces too
+    out = {}
+    for dense_br in (precision.DENSE_BR, 0):
+        monkeypatch.setattr(precision, "DENSE_BR", dense_br)
+        prec = MixedPrecision(problem, method="schur").reweighted(w)
+        assert prec._dense_BR == (dense_br > 0)
+        assert scipy.sparse.issparse(prec.GBR) != prec._dense_BR
+        f = prec.factor(lam, 1.7)
+        x = f.sample(eps)
+        out[dense_br] = (f.logdet, f.solve(b), x, f.whiten(x))
+    dense, sparse = out[precision.DENSE_BR], out[0]
+    np.testing.assert_allclose(dense[0], sparse[0], rtol=1e-12)
+    for a, c in zip(dense[1:], sparse[1:]):
+        np.testing.assert_allclose(a, c, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dense[3], eps, rtol=1e-10, atol=1e-10)
+
+
 def test_design_is_structured():
     """A is sparse with one entry per row and term: no n x levels array."""
     problem = crossed_problem(seed=4, n=20_000, L1=5_000, L2=300)
@@ -140,6 +167,8 @@ def test_design_is_structured():
     assert prec.method == "schur"
     # everything but the largest factor's levels is in the dense Schur complement
     assert prec.R.size == problem.p + 300
+    # ... and the coupling of the two factors stays sparse: dense, it would be 5000 x 302
+    assert not prec._dense_BR
 
 
 def test_coefficient_draw_is_the_gaussian_conditional():
