@@ -31,6 +31,7 @@ from dataclasses import field
 
 import numpy as np
 import scipy.linalg
+import scipy.optimize
 
 #: tuning window (draws), as ShiftMove.WINDOW
 WINDOW = 50
@@ -102,7 +103,7 @@ class LaplaceApprox:
     def from_gradient(cls, logp, dlogp, q0, max_iter=100, tol=1e-10):
         """Generic: damped Newton with the Hessian by central differences of the compiled
         gradient (2 d gradients per Hessian; a compiled PyTensor Hessian takes ~10 s to
-        build); no mean correction."""
+        build), after L-BFGS where Newton alone does not converge; no mean correction."""
 
         def hess_at(t):
             d = t.shape[0]
@@ -115,6 +116,23 @@ class LaplaceApprox:
             return 0.5 * (H + H.T)
 
         theta = np.asarray(q0, dtype=float).copy()
+        try:
+            theta = cls._newton(logp, dlogp, hess_at, theta, max_iter, tol)
+            how = "finite-difference Newton"
+        except RuntimeError:
+            # far from the mode (a hierarchical model's joint posterior from its initial
+            # point): quasi-Newton first, then Newton from there
+            res = scipy.optimize.minimize(
+                lambda t: -logp(t), theta, jac=lambda t: -dlogp(t), method="L-BFGS-B"
+            )
+            theta = cls._newton(logp, dlogp, hess_at, res.x, max_iter, tol)
+            how = "L-BFGS, then finite-difference Newton"
+        return cls(theta, scipy.linalg.cholesky(hess_at(theta), lower=True), how=how)
+
+    @staticmethod
+    def _newton(logp, dlogp, hess_at, theta, max_iter, tol):
+        """Damped Newton from ``theta``; RuntimeError if it does not converge."""
+        theta = np.asarray(theta, dtype=float).copy()
         val = -logp(theta)
         for _ in range(max_iter):
             grad = -dlogp(theta)
@@ -136,9 +154,7 @@ class LaplaceApprox:
             val = -logp(theta)
         else:
             raise RuntimeError("LaplaceMH: Newton did not converge")
-        return cls(
-            theta, scipy.linalg.cholesky(hess_at(theta), lower=True), how="finite-difference Newton"
-        )
+        return theta
 
     def draw(self, rng, size=None):
         """Draws of ``N(mean, H^-1)``: (d,) or (size, d)."""
