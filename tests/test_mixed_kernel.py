@@ -22,7 +22,12 @@ import scipy.stats
 from pymc_sgs.families import BernoulliLogit
 from pymc_sgs.mixed.kernel import HyperProposal, MixedKernel
 from pymc_sgs.mixed.laplace import coef_mode, hyper_mode
-from pymc_sgs.mixed.precision import MixedPrecision, design_matrix
+from pymc_sgs.mixed.precision import (
+    MixedPrecision,
+    _block_cholesky,
+    _lower_inverse,
+    design_matrix,
+)
 from pymc_sgs.mixed.problem import GroupTerm, MixedProblem
 
 
@@ -156,6 +161,22 @@ def test_schur_dense_and_sparse_coupling_agree(monkeypatch):
     for a, c in zip(dense[1:], sparse[1:]):
         np.testing.assert_allclose(a, c, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(dense[3], eps, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_block_cholesky_and_inverse_are_numpys(k):
+    """The closed forms for 2 x 2 blocks (a random intercept and slope) agree with LAPACK's
+    batched factors; a block that is not positive definite raises as numpy does."""
+    rng = np.random.default_rng(5)
+    M = rng.normal(size=(40, k, k))
+    Q = M @ np.swapaxes(M, 1, 2) + 0.1 * np.eye(k)
+    C = _block_cholesky(Q)
+    np.testing.assert_allclose(C, np.linalg.cholesky(Q), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(_lower_inverse(C), np.linalg.inv(C), rtol=1e-12, atol=1e-12)
+    bad = Q.copy()
+    bad[7] = -np.eye(k) if k != 2 else np.array([[1.0, 2.0], [2.0, 1.0]])
+    with pytest.raises(np.linalg.LinAlgError):
+        _block_cholesky(bad)
 
 
 def test_design_is_structured():

@@ -74,6 +74,37 @@ DENSE_MAX = 2500
 DENSE_BR = 4_000_000
 
 
+def _block_cholesky(Q) -> np.ndarray:
+    """Lower Cholesky factors of the ``(L, k, k)`` blocks ``Q``; ``LinAlgError`` if one is
+    not positive definite. ``k = 2`` in closed form: the blocks of a random intercept and
+    slope, for which numpy's batched LAPACK call costs more than the arithmetic."""
+    if Q.shape[1] != 2:
+        return np.linalg.cholesky(Q)
+    a, b, c = Q[:, 0, 0], Q[:, 1, 0], Q[:, 1, 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        l11 = np.sqrt(a)
+        l21 = b / l11
+        l22 = np.sqrt(c - l21 * l21)
+    if not (np.all(a > 0) and np.all(l22 > 0)):
+        raise np.linalg.LinAlgError("precision not positive definite")
+    out = np.zeros_like(Q)
+    out[:, 0, 0], out[:, 1, 0], out[:, 1, 1] = l11, l21, l22
+    return out
+
+
+def _lower_inverse(C) -> np.ndarray:
+    """Inverses of the ``(L, k, k)`` lower-triangular blocks ``C`` (closed form for
+    ``k = 2``)."""
+    if C.shape[1] != 2:
+        return np.linalg.inv(C)
+    l11, l21, l22 = C[:, 0, 0], C[:, 1, 0], C[:, 1, 1]
+    out = np.zeros_like(C)
+    out[:, 0, 0] = 1.0 / l11
+    out[:, 1, 1] = 1.0 / l22
+    out[:, 1, 0] = -l21 / (l11 * l22)
+    return out
+
+
 def design_matrix(problem) -> sp.csr_matrix:
     """``A = [X | Z_1 | ... | Z_T]`` as a CSR matrix: O(n x (p + T)) memory."""
     n = problem.n
@@ -89,11 +120,14 @@ def design_matrix(problem) -> sp.csr_matrix:
 class SchurFactor:
     """``Q`` factored by eliminating a block-diagonal part (see the module docstring)."""
 
-    __slots__ = ("B", "R", "Binv", "Bchol", "QBR", "chol_S", "logdet", "dim")
+    __slots__ = ("B", "R", "Binv", "Bchol", "BcholInvT", "QBR", "chol_S", "logdet", "dim")
 
-    def __init__(self, B, R, Binv, Bchol, QBR, chol_S, logdet, dim):
+    def __init__(self, B, R, Binv, Bchol, QBR, chol_S, logdet, dim, BcholInvT=None):
         self.B, self.R, self.Binv, self.Bchol, self.QBR = B, R, Binv, Bchol, QBR
         self.chol_S, self.logdet, self.dim = chol_S, logdet, dim
+        # C^-T block by block (k > 1): a sample multiplies by it instead of solving, which
+        # for many small blocks costs numpy's batched solve more than the arithmetic
+        self.BcholInvT = BcholInvT
 
     def sample(self, eps) -> np.ndarray:
         """``x ~ N(0, Q^{-1})`` from ``eps ~ N(0, I)``, with ``x^T Q x = eps^T eps``.
@@ -106,6 +140,8 @@ class SchurFactor:
         eB = eps[: L * k]
         if k == 1:
             zB = eB / self.Bchol[:, 0, 0]
+        elif self.BcholInvT is not None:
+            zB = np.einsum("lab,lb->la", self.BcholInvT, eB.reshape(L, k)).ravel()
         else:
             CT = np.swapaxes(self.Bchol, 1, 2)
             zB = np.linalg.solve(CT, eB.reshape(L, k, 1))[..., 0].ravel()
@@ -422,9 +458,11 @@ class MixedPrecision:
             inv = (1.0 / q)[:, None, None]
             Bchol = np.sqrt(q)[:, None, None]
         else:
-            chol = Bchol = np.linalg.cholesky(QBB)
+            chol = Bchol = _block_cholesky(QBB)
             logdet = 2.0 * float(np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2))))
-            inv = np.linalg.inv(QBB)
+            inv_chol_T = np.swapaxes(_lower_inverse(chol), 1, 2)
+            # Q_BB^-1 = C^-T C^-1
+            inv = np.einsum("lab,lcb->lac", inv_chol_T, inv_chol_T)
         QBR = self.GBR * inv_s2
         if R.size:
             S = self.GRR * inv_s2
@@ -449,7 +487,9 @@ class MixedPrecision:
             logdet += 2.0 * float(np.sum(np.log(np.diag(chol_S))))
         else:
             chol_S = np.zeros((0, 0))
-        return SchurFactor(B, R, inv, Bchol, QBR, chol_S, logdet, self.dim)
+        return SchurFactor(
+            B, R, inv, Bchol, QBR, chol_S, logdet, self.dim, None if k == 1 else inv_chol_T
+        )
 
     def _sparse(self, lam, blocks, inv_s2, slot):
         import qdldl
