@@ -81,12 +81,15 @@ def _block_cholesky(Q) -> np.ndarray:
     if Q.shape[1] != 2:
         return np.linalg.cholesky(Q)
     a, b, c = Q[:, 0, 0], Q[:, 1, 0], Q[:, 1, 1]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        l11 = np.sqrt(a)
-        l21 = b / l11
-        l22 = np.sqrt(c - l21 * l21)
-    if not (np.all(a > 0) and np.all(l22 > 0)):
+    # checked before each square root (NaN fails the checks too)
+    if not np.all(a > 0):
         raise np.linalg.LinAlgError("precision not positive definite")
+    l11 = np.sqrt(a)
+    l21 = b / l11
+    d = c - l21 * l21
+    if not np.all(d > 0):
+        raise np.linalg.LinAlgError("precision not positive definite")
+    l22 = np.sqrt(d)
     out = np.zeros_like(Q)
     out[:, 0, 0], out[:, 1, 0], out[:, 1, 1] = l11, l21, l22
     return out
@@ -102,6 +105,19 @@ def _lower_inverse(C) -> np.ndarray:
     out[:, 0, 0] = 1.0 / l11
     out[:, 1, 1] = 1.0 / l22
     out[:, 1, 0] = -l21 / (l11 * l22)
+    return out
+
+
+def _gram(T) -> np.ndarray:
+    """``T T^T`` of the ``(L, k, k)`` upper-triangular blocks ``T`` (closed form for
+    ``k = 2``)."""
+    if T.shape[1] != 2:
+        return np.einsum("lab,lcb->lac", T, T)
+    t11, t12, t22 = T[:, 0, 0], T[:, 0, 1], T[:, 1, 1]
+    out = np.empty_like(T)
+    out[:, 0, 0] = t11 * t11 + t12 * t12
+    out[:, 0, 1] = out[:, 1, 0] = t12 * t22
+    out[:, 1, 1] = t22 * t22
     return out
 
 
@@ -461,8 +477,7 @@ class MixedPrecision:
             chol = Bchol = _block_cholesky(QBB)
             logdet = 2.0 * float(np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2))))
             inv_chol_T = np.swapaxes(_lower_inverse(chol), 1, 2)
-            # Q_BB^-1 = C^-T C^-1
-            inv = np.einsum("lab,lcb->lac", inv_chol_T, inv_chol_T)
+            inv = _gram(inv_chol_T)  # Q_BB^-1 = C^-T C^-1
         QBR = self.GBR * inv_s2
         if R.size:
             S = self.GRR * inv_s2
