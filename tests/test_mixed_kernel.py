@@ -24,8 +24,7 @@ from pymc_sgs.mixed.kernel import HyperProposal, MixedKernel
 from pymc_sgs.mixed.laplace import coef_mode, hyper_mode
 from pymc_sgs.mixed.precision import (
     MixedPrecision,
-    _block_cholesky,
-    _lower_inverse,
+    _factor_pairs,
     design_matrix,
 )
 from pymc_sgs.mixed.problem import GroupTerm, MixedProblem
@@ -163,20 +162,22 @@ def test_schur_dense_and_sparse_coupling_agree(monkeypatch):
     np.testing.assert_allclose(dense[3], eps, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("k", [2, 3])
-def test_block_cholesky_and_inverse_are_numpys(k):
+def test_closed_form_pair_blocks_are_lapacks():
     """The closed forms for 2 x 2 blocks (a random intercept and slope) agree with LAPACK's
-    batched factors; a block that is not positive definite raises as numpy does."""
+    batched factors; a block that is not positive definite, or NaN, raises as numpy does."""
     rng = np.random.default_rng(5)
-    M = rng.normal(size=(40, k, k))
-    Q = M @ np.swapaxes(M, 1, 2) + 0.1 * np.eye(k)
-    C = _block_cholesky(Q)
+    M = rng.normal(size=(40, 2, 2))
+    Q = M @ np.swapaxes(M, 1, 2) + 0.1 * np.eye(2)
+    C, CinvT, Qinv, logdet = _factor_pairs(Q)
     np.testing.assert_allclose(C, np.linalg.cholesky(Q), rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(_lower_inverse(C), np.linalg.inv(C), rtol=1e-12, atol=1e-12)
-    bad = Q.copy()
-    bad[7] = -np.eye(k) if k != 2 else np.array([[1.0, 2.0], [2.0, 1.0]])
-    with pytest.raises(np.linalg.LinAlgError):
-        _block_cholesky(bad)
+    np.testing.assert_allclose(CinvT, np.swapaxes(np.linalg.inv(C), 1, 2), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(Qinv, np.linalg.inv(Q), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(logdet, np.sum(np.linalg.slogdet(Q)[1]), rtol=1e-12)
+    for bad_block in ([[1.0, 2.0], [2.0, 1.0]], [[-1.0, 0.0], [0.0, 1.0]], [[np.nan, 0], [0, 1]]):
+        bad = Q.copy()
+        bad[7] = bad_block
+        with pytest.raises(np.linalg.LinAlgError):
+            _factor_pairs(bad)
 
 
 def test_design_is_structured():

@@ -74,12 +74,10 @@ DENSE_MAX = 2500
 DENSE_BR = 4_000_000
 
 
-def _block_cholesky(Q) -> np.ndarray:
-    """Lower Cholesky factors of the ``(L, k, k)`` blocks ``Q``; ``LinAlgError`` if one is
-    not positive definite. ``k = 2`` in closed form: the blocks of a random intercept and
-    slope, for which numpy's batched LAPACK call costs more than the arithmetic."""
-    if Q.shape[1] != 2:
-        return np.linalg.cholesky(Q)
+def _factor_pairs(Q):
+    """``(C, C^-T, Q^-1, log det Q)`` of the ``(L, 2, 2)`` blocks ``Q = C C^T`` in closed
+    form: the blocks of a random intercept and slope, for which numpy's batched LAPACK calls
+    cost more than the arithmetic. ``LinAlgError`` if a block is not positive definite."""
     a, b, c = Q[:, 0, 0], Q[:, 1, 0], Q[:, 1, 1]
     # checked before each square root (NaN fails the checks too)
     if not np.all(a > 0):
@@ -90,35 +88,17 @@ def _block_cholesky(Q) -> np.ndarray:
     if not np.all(d > 0):
         raise np.linalg.LinAlgError("precision not positive definite")
     l22 = np.sqrt(d)
-    out = np.zeros_like(Q)
-    out[:, 0, 0], out[:, 1, 0], out[:, 1, 1] = l11, l21, l22
-    return out
-
-
-def _lower_inverse(C) -> np.ndarray:
-    """Inverses of the ``(L, k, k)`` lower-triangular blocks ``C`` (closed form for
-    ``k = 2``)."""
-    if C.shape[1] != 2:
-        return np.linalg.inv(C)
-    l11, l21, l22 = C[:, 0, 0], C[:, 1, 0], C[:, 1, 1]
-    out = np.zeros_like(C)
-    out[:, 0, 0] = 1.0 / l11
-    out[:, 1, 1] = 1.0 / l22
-    out[:, 1, 0] = -l21 / (l11 * l22)
-    return out
-
-
-def _gram(T) -> np.ndarray:
-    """``T T^T`` of the ``(L, k, k)`` upper-triangular blocks ``T`` (closed form for
-    ``k = 2``)."""
-    if T.shape[1] != 2:
-        return np.einsum("lab,lcb->lac", T, T)
-    t11, t12, t22 = T[:, 0, 0], T[:, 0, 1], T[:, 1, 1]
-    out = np.empty_like(T)
-    out[:, 0, 0] = t11 * t11 + t12 * t12
-    out[:, 0, 1] = out[:, 1, 0] = t12 * t22
-    out[:, 1, 1] = t22 * t22
-    return out
+    i11, i22 = 1.0 / l11, 1.0 / l22
+    i21 = -l21 * i11 * i22
+    chol = np.zeros_like(Q)
+    chol[:, 0, 0], chol[:, 1, 0], chol[:, 1, 1] = l11, l21, l22
+    inv_T = np.zeros_like(Q)  # C^-T, upper triangular
+    inv_T[:, 0, 0], inv_T[:, 0, 1], inv_T[:, 1, 1] = i11, i21, i22
+    inv = np.empty_like(Q)  # C^-T C^-1
+    inv[:, 0, 0] = i11 * i11 + i21 * i21
+    inv[:, 0, 1] = inv[:, 1, 0] = i21 * i22
+    inv[:, 1, 1] = i22 * i22
+    return chol, inv_T, inv, float(np.sum(np.log(a * d)))
 
 
 def design_matrix(problem) -> sp.csr_matrix:
@@ -473,11 +453,13 @@ class MixedPrecision:
             logdet = float(np.sum(np.log(q)))
             inv = (1.0 / q)[:, None, None]
             Bchol = np.sqrt(q)[:, None, None]
+        elif k == 2:
+            Bchol, inv_chol_T, inv, logdet = _factor_pairs(QBB)
         else:
-            chol = Bchol = _block_cholesky(QBB)
+            chol = Bchol = np.linalg.cholesky(QBB)
             logdet = 2.0 * float(np.sum(np.log(np.diagonal(chol, axis1=1, axis2=2))))
-            inv_chol_T = np.swapaxes(_lower_inverse(chol), 1, 2)
-            inv = _gram(inv_chol_T)  # Q_BB^-1 = C^-T C^-1
+            inv_chol_T = np.swapaxes(np.linalg.inv(chol), 1, 2)
+            inv = np.einsum("lab,lcb->lac", inv_chol_T, inv_chol_T)  # Q_BB^-1 = C^-T C^-1
         QBR = self.GBR * inv_s2
         if R.size:
             S = self.GRR * inv_s2
