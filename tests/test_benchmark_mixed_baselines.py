@@ -8,6 +8,7 @@
   and the reference's combined), with no allowance in posterior sds. Negative control: the
   same chain with ``omega`` drawn at half the linear predictor (a wrong conditional) fails
   the same check.
+* ``benchmarks/rhat_noise.py``: its AR(1) chains have the stated margins and autocorrelation.
 * The benchmark's metrics: a parameter that never moves (a stuck chain) counts as one draw
   (ESS 1, R-hat inf), not as a constant left out like an LKJ correlation's unit diagonal.
 """
@@ -121,3 +122,17 @@ def test_stuck_parameter_counts_as_one_draw():
     post = post.drop_vars("stuck")
     m = posterior_metrics(az.InferenceData(posterior=post))["all"]
     assert m["min_bulk"] > 50 and "[0,0]" not in m["min_bulk_at"]
+
+
+def test_rhat_noise_chains_are_the_stated_ar1():
+    """``benchmarks/rhat_noise.py``'s chains have N(0, 1) margins and lag-1 correlation
+    ``phi`` (within 5 standard errors over 2 x 4000 x 50 draws); phi = 0 has none."""
+    from rhat_noise import ar1_chains
+
+    rng = np.random.default_rng(11)
+    for phi in (0.0, 0.6):
+        x = ar1_chains(rng, phi, 2, 4000, 50)
+        lag1 = np.mean(x[:, 1:] * x[:, :-1])
+        n_eff = 2 * 4000 * 50 * (1 - phi) / (1 + phi)
+        assert abs(x.var() - 1.0) < 5 * np.sqrt(2.0 / n_eff)
+        assert abs(lag1 - phi) < 5 * np.sqrt((1 + phi**2) / n_eff)
