@@ -5,7 +5,8 @@ The simple exact samplers an expert would try on a hierarchical GLM before a new
 * ``Laplace-MH``: :class:`harness.laplace_mh.LaplaceMH` (independence / over-relaxed pCN
   Metropolis-Hastings with the Laplace approximation of the *joint* posterior of the
   coefficients, the group effects and the log scales as its proposal) through
-  ``bmb.Model.fit(step=...)`` on Bambi's default, non-centred model: the joint mode of a
+  ``bmb.Model.fit(step=...)`` on Bambi's default, non-centred model (the fit call of the
+  other PyMC samplers, ``harness.mixed_cases._sample``): the joint mode of a
   centred model lies at a zero group sd (the density is unbounded there), so the non-centred
   form is the one a Laplace approximation can use. The mode and Hessian are the generic
   ones (damped Newton, finite-difference Hessian of PyTensor's gradient): setup.
@@ -128,12 +129,13 @@ def read_logit_glmm(bm) -> LogitGLMM:
     Pólya-Gamma Gibbs does not cover (another family or link, a prior that is not Normal,
     a group sd whose prior is not HalfNormal, distributional parameters)."""
     fam = bm.family
-    if fam.name not in ("bernoulli", "binomial") or fam.link["p"].name != "logit":
+    parent = fam.likelihood.parent
+    if fam.name not in ("bernoulli", "binomial") or fam.link[parent].name != "logit":
         raise ValueError(
-            f"PG: family {fam.name!r} with link {fam.link[fam.likelihood.parent].name!r}; "
+            f"PG: family {fam.name!r} with link {fam.link[parent].name!r}; "
             "Pólya-Gamma Gibbs covers Bernoulli and binomial with the logit link"
         )
-    comp = bm.components[fam.likelihood.parent]
+    comp = bm.components[parent]
     if len(bm.distributional_components) > 1 or comp.hsgp_terms or comp.offset_terms:
         raise ValueError("PG: only a linear predictor of common and group-specific terms")
     point = bm.backend.model.initial_point()
@@ -156,7 +158,8 @@ def read_logit_glmm(bm) -> LogitGLMM:
         raise ValueError("PG: the model has no intercept (Bambi's un-centring needs one)")
     if icpt.prior.name != "Normal":
         raise ValueError(f"PG: the intercept has a {icpt.prior.name} prior, not Normal")
-    n = bm.response_component.term.data.shape[0]
+    resp = np.asarray(bm.response_component.term.data, dtype=float)
+    n = resp.shape[0]
     Xc = np.column_stack(cols) if cols else np.empty((n, 0))
     x_mean = None
     if bm.center_predictors and cols:
@@ -190,7 +193,6 @@ def read_logit_glmm(bm) -> LogitGLMM:
                 prior_sd=float(_values(sd.args["sigma"])[0]),
             )
         )
-    resp = np.asarray(bm.response_component.term.data, dtype=float)
     if fam.name == "binomial":
         y, trials = resp[:, 0], resp[:, 1]
     else:
@@ -278,36 +280,16 @@ def pg_posterior(problem: LogitGLMM, coef, sigma, model):
     return az.from_dict(posterior=data, coords=coords, dims=dims).posterior
 
 
-def run_pg(bm, chains: int, tune: int, draws: int, seed: int):
-    """PG Gibbs on the built Bambi model ``bm``: ``(posterior, sampling time s)``; chains one
-    after the other, seeded from one ``SeedSequence``."""
-    problem = read_logit_glmm(bm)
+def run_pg(problem: LogitGLMM, model, chains: int, tune: int, draws: int, seed: int):
+    """PG Gibbs on ``problem`` (:func:`read_logit_glmm` of a Bambi model whose PyMC model is
+    ``model``): ``(posterior, sampling time s)``; chains one after the other, seeded from one
+    ``SeedSequence``."""
     t0 = time.perf_counter()
     runs = [pg_chain(problem, tune, draws, s) for s in np.random.SeedSequence(seed).spawn(chains)]
     elapsed = time.perf_counter() - t0
     coef = np.stack([r[0] for r in runs])
     sigma = np.stack([r[1] for r in runs])
-    return pg_posterior(problem, coef, sigma, bm.backend.model), elapsed
-
-
-def run_laplace_mh(bm, chains: int, tune: int, draws: int, seed: int):
-    """``LaplaceMH`` through ``bm.fit``: ``(InferenceData, sampling time s)``."""
-    from .laplace_mh import LaplaceMH
-
-    bm.build()
-    step = LaplaceMH(model=bm.backend.model)
-    idata = bm.fit(
-        draws=draws,
-        tune=tune,
-        chains=chains,
-        cores=1,
-        random_seed=seed,
-        progressbar=False,
-        compute_convergence_checks=False,
-        omit_offsets=False,
-        step=step,
-    )
-    return idata, float(idata.posterior.attrs.get("sampling_time", np.nan))
+    return pg_posterior(problem, coef, sigma, model), elapsed
 
 
 def run_laplace_psis_glmm(bm, n_draws: int, seed: int) -> dict:

@@ -560,8 +560,15 @@ def _sample(sampler, bm, kw, seed):
     """Run ``sampler`` on the Bambi model ``bm``; (idata, sampling time s)."""
     import pymc_sgs
 
-    if sampler in ("SGS", "SGS-centred", "NUTS"):
-        extra = {"step": pymc_sgs.SplitGibbs()} if sampler != "NUTS" else {}
+    if sampler in ("SGS", "SGS-centred", "NUTS", "Laplace-MH"):
+        extra = {}
+        if sampler == "Laplace-MH":
+            from .laplace_mh import LaplaceMH
+
+            bm.build()  # the step's Laplace fit needs the PyMC model
+            extra["step"] = LaplaceMH(model=bm.backend.model)
+        elif sampler != "NUTS":
+            extra["step"] = pymc_sgs.SplitGibbs()
         idata = bm.fit(
             draws=kw["draws"],
             tune=kw["tune"],
@@ -609,13 +616,13 @@ def _sample_baseline(sampler, bm, kw) -> dict:
             raise BaselineNotApplicable("PG reads Bambi models only (this case is written in PyMC)")
         bm.build()
         try:
-            mb.read_logit_glmm(bm)
+            problem = mb.read_logit_glmm(bm)
         except ValueError as exc:
             raise BaselineNotApplicable(str(exc)) from None
-        post, st = mb.run_pg(bm, chains, tune, draws, seed)
+        post, st = mb.run_pg(problem, bm.backend.model, chains, tune, draws, seed)
         return {"idata": SimpleNamespace(posterior=post), "sampling_time": st}
     if sampler == "Laplace-MH":
-        idata, st = mb.run_laplace_mh(bm, chains, tune, draws, seed)
+        idata, st = _sample(sampler, bm, kw, seed)
         return {"idata": idata, "sampling_time": st}
     out = mb.run_laplace_psis_glmm(bm, chains * draws, seed)
     return {k: out[k] for k in ("sampling_time", "ess_is", "khat", "scales")}

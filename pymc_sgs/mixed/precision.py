@@ -118,11 +118,11 @@ class SchurFactor:
 
     __slots__ = ("B", "R", "Binv", "Bchol", "BcholInvT", "QBR", "chol_S", "logdet", "dim")
 
-    def __init__(self, B, R, Binv, Bchol, QBR, chol_S, logdet, dim, BcholInvT=None):
+    def __init__(self, B, R, Binv, Bchol, BcholInvT, QBR, chol_S, logdet, dim):
         self.B, self.R, self.Binv, self.Bchol, self.QBR = B, R, Binv, Bchol, QBR
         self.chol_S, self.logdet, self.dim = chol_S, logdet, dim
-        # C^-T block by block (k > 1): a sample multiplies by it instead of solving, which
-        # for many small blocks costs numpy's batched solve more than the arithmetic
+        # C^-T block by block (None for k = 1): a sample multiplies by it instead of solving,
+        # which for many small blocks costs numpy's batched solve more than the arithmetic
         self.BcholInvT = BcholInvT
 
     def sample(self, eps) -> np.ndarray:
@@ -136,11 +136,8 @@ class SchurFactor:
         eB = eps[: L * k]
         if k == 1:
             zB = eB / self.Bchol[:, 0, 0]
-        elif self.BcholInvT is not None:
-            zB = np.einsum("lab,lb->la", self.BcholInvT, eB.reshape(L, k)).ravel()
         else:
-            CT = np.swapaxes(self.Bchol, 1, 2)
-            zB = np.linalg.solve(CT, eB.reshape(L, k, 1))[..., 0].ravel()
+            zB = np.einsum("lab,lb->la", self.BcholInvT, eB.reshape(L, k)).ravel()
         if self.R.size:
             # LAPACK directly, as in DenseFactor: SciPy's wrappers cost more than these
             # small solves, which run several times per iteration
@@ -453,6 +450,7 @@ class MixedPrecision:
             logdet = float(np.sum(np.log(q)))
             inv = (1.0 / q)[:, None, None]
             Bchol = np.sqrt(q)[:, None, None]
+            inv_chol_T = None  # a draw divides by Bchol
         elif k == 2:
             Bchol, inv_chol_T, inv, logdet = _factor_pairs(QBB)
         else:
@@ -484,9 +482,7 @@ class MixedPrecision:
             logdet += 2.0 * float(np.sum(np.log(np.diag(chol_S))))
         else:
             chol_S = np.zeros((0, 0))
-        return SchurFactor(
-            B, R, inv, Bchol, QBR, chol_S, logdet, self.dim, None if k == 1 else inv_chol_T
-        )
+        return SchurFactor(B, R, inv, Bchol, inv_chol_T, QBR, chol_S, logdet, self.dim)
 
     def _sparse(self, lam, blocks, inv_s2, slot):
         import qdldl
