@@ -42,23 +42,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..families import StudentTIdentity
+from .family_slice import family_coordinates, slice_update, sub_cholesky
 from .kernel import AugmentedKernel, HyperProposal, MixedInfo, MixedState
 
 __all__ = ["StudentTKernel", "scale_mixture_applies"]
-
-#: stepping-out limit of the slice sampler, in widths on each side (Neal, 2003, fig. 3)
-SLICE_STEPS = 8
 
 
 def scale_mixture_applies(family) -> bool:
     """Whether ``family`` is the Student-t (identity link) this kernel augments."""
     return isinstance(family, StudentTIdentity)
-
-
-def _sub_chol(chol, idx) -> np.ndarray:
-    """Cholesky factor of the sub-block ``idx`` of ``chol @ chol.T``."""
-    cov = (chol @ chol.T)[np.ix_(idx, idx)]
-    return np.linalg.cholesky(cov + 1e-12 * np.eye(idx.size))
 
 
 class _Restricted:
@@ -74,9 +66,9 @@ class _Restricted:
         self.moves = proposal.moves if free.size else 0
         indep = proposal.indep_chol
         self.inner = HyperProposal(
-            walk_chol=_sub_chol(proposal.walk_chol, free),
+            walk_chol=sub_cholesky(proposal.walk_chol, free),
             centre=None if proposal.centre is None else proposal.centre[free],
-            indep_chol=None if indep is None else _sub_chol(indep, free),
+            indep_chol=None if indep is None else sub_cholesky(indep, free),
             df=proposal.df,
             moves=self.moves,
         )
@@ -129,21 +121,10 @@ class StudentTKernel(AugmentedKernel):
         """``(free, params)``: the coordinates of ``h`` the collapsed block moves (all but
         those that change ``nu``) and those that change ``sigma`` or ``nu``."""
         if self._coords is None:
-            K = h.shape[0]
-            params = []
-            nu_coords = []
-            if self.problem.family_params is not None:
-                base = self.problem.family_params(h)
-                for k in range(K):
-                    e = h.copy()
-                    e[k] += 0.5
-                    moved = self.problem.family_params(e)
-                    if any(moved[name] != base[name] for name in base):
-                        params.append(k)
-                    if "nu" in base and moved["nu"] != base["nu"]:
-                        nu_coords.append(k)
-            free = np.array([k for k in range(K) if k not in nu_coords], dtype=np.intp)
-            self._coords = (free, np.array(params, dtype=np.intp))
+            params = family_coordinates(self.problem, h)
+            nu_coords = family_coordinates(self.problem, h, ["nu"])
+            free = np.setdiff1d(np.arange(h.shape[0]), nu_coords).astype(np.intp)
+            self._coords = (free, params)
         return self._coords
 
     def draw_precisions(self, coef, fam, rng) -> np.ndarray:
@@ -203,36 +184,9 @@ class StudentTKernel(AugmentedKernel):
             return h
         eta = self.eta(coef)
         group = (coef - self.coef_mean)[self.problem.p :]
-        f_cur = self.log_conditional(h, eta, group)
-        for j in range(directions.shape[1]):
-            d = np.zeros_like(h)
-            d[params] = directions[:, j]
-            h0 = h
-
-            def f(t, h0=h0, d=d):
-                return self.log_conditional(h0 + t * d, eta, group)
-
-            log_y = f_cur + np.log(rng.uniform())
-            lo = -rng.uniform()
-            hi = lo + 1.0
-            left = int(np.floor(SLICE_STEPS * rng.uniform()))
-            right = SLICE_STEPS - 1 - left
-            while left > 0 and f(lo) > log_y:
-                lo -= 1.0
-                left -= 1
-            while right > 0 and f(hi) > log_y:
-                hi += 1.0
-                right -= 1
-            while True:
-                t = lo + (hi - lo) * rng.uniform()
-                f_cur = f(t)
-                if f_cur > log_y:
-                    break
-                if t < 0:
-                    lo = t
-                else:
-                    hi = t
-            h = h0 + t * d
+        h, _ = slice_update(
+            lambda x: self.log_conditional(x, eta, group), h, params, directions, rng
+        )
         return h
 
     # -- the kernel ------------------------------------------------------------------
@@ -247,5 +201,5 @@ class StudentTKernel(AugmentedKernel):
         )
         if params.size:
             scale = proposal.indep_chol if proposal.indep_chol is not None else proposal.walk_chol
-            h = self.slice_parameters(h, coef, _sub_chol(scale, params), rng)
+            h = self.slice_parameters(h, coef, sub_cholesky(scale, params), rng)
         return MixedState(h, coef, None, None), MixedInfo(accept, walk_accept, 0.0, 0)
