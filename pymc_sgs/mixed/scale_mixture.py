@@ -45,7 +45,14 @@ from ..families import StudentTIdentity
 from .family_slice import family_coordinates, slice_update, sub_cholesky
 from .kernel import AugmentedKernel, HyperProposal, MixedInfo, MixedState
 
-__all__ = ["StudentTKernel", "scale_mixture_applies"]
+__all__ = ["SLICE_WIDTH", "StudentTKernel", "scale_mixture_applies"]
+
+#: initial width of the slice updates of sigma and nu, in units of the hyperparameters'
+#: independence-proposal scale. Given the coefficients their conditional is not narrower
+#: than that scale (nu's has a long upper tail): on sleepstudy as a t model, 2000 updates
+#: at fixed coefficients took 9.7 rather than 10.8 evaluations each, with ESS 1770 rather
+#: than 1260, at 3 widths against 1 (2 to 6 widths perform alike)
+SLICE_WIDTH = 3.0
 
 
 def scale_mixture_applies(family) -> bool:
@@ -105,8 +112,11 @@ class StudentTKernel(AugmentedKernel):
         # row weights lambda
         super().__init__(problem, method=method)
         self._r0 = problem.y - self.offset
-        # which coordinates of h move sigma and nu: found at the first state (_coordinates)
+        # which coordinates of h move sigma and nu, and whether they leave the term sds
+        # alone: found at the first state (_coordinates)
         self._coords = None
+        self._family_only = False
+        self._moves_cache = None
 
     # -- pieces ----------------------------------------------------------------------
     def family(self, h):
@@ -125,6 +135,13 @@ class StudentTKernel(AugmentedKernel):
             nu_coords = family_coordinates(self.problem, h, ["nu"])
             free = np.setdiff1d(np.arange(h.shape[0]), nu_coords).astype(np.intp)
             self._coords = (free, params)
+            sds = self.hyper_values(h)[1]
+            only = not self._blocks
+            for k in params:
+                e = np.array(h, dtype=float)
+                e[k] += 0.5
+                only = only and bool(np.array_equal(self.hyper_values(e)[1], sds))
+            self._family_only = only
         return self._coords
 
     def draw_precisions(self, coef, fam, rng) -> np.ndarray:
@@ -138,12 +155,20 @@ class StudentTKernel(AugmentedKernel):
         wr = lam * self._r0
         return self.AT @ wr, float(self._r0 @ wr)
 
-    def log_conditional(self, h, eta, group) -> float:
+    def log_conditional(self, h, eta, group, family_only: bool = False) -> float:
         """``log p(h) + log p(c | h) + sum_i log t_nu(y_i; eta_i, sigma)`` up to a constant:
-        the density of ``h`` given the coefficients, ``lambda`` integrated out."""
+        the density of ``h`` given the coefficients, ``lambda`` integrated out.
+
+        ``family_only``: ``h`` differs from the points it is compared with only in
+        coordinates that leave the term sds alone, so ``log p(c | h)`` is a constant and is
+        left out.
+        """
         fam = self.family(h)
         if fam is None:
             return -np.inf
+        if family_only:
+            lp = self.hyper_values(h)[0] + float(np.sum(fam.log_likelihood(eta, self.problem.y)))
+            return lp if np.isfinite(lp) else -np.inf
         if self._blocks:
             # correlated group effects: the block prior (the common coefficients' prior
             # does not depend on h)
@@ -184,8 +209,9 @@ class StudentTKernel(AugmentedKernel):
             return h
         eta = self.eta(coef)
         group = (coef - self.coef_mean)[self.problem.p :]
+        only = self._family_only
         h, _ = slice_update(
-            lambda x: self.log_conditional(x, eta, group), h, params, directions, rng
+            lambda x: self.log_conditional(x, eta, group, only), h, params, directions, rng
         )
         return h
 
@@ -195,11 +221,40 @@ class StudentTKernel(AugmentedKernel):
         free, params = self._coordinates(state.h)
         fam = self.family(state.h)
         lam = self.draw_precisions(state.coef, fam, rng)
-        block = proposal if free.size == state.h.shape[0] else _Restricted(proposal, free)
+        block, directions = self._moves(proposal, free, params, state.h.shape[0])
         coef, h, accept, walk_accept = self.block_given_weights(
             state.h, lam, self.data_given(lam), rng, block
         )
         if params.size:
-            scale = proposal.indep_chol if proposal.indep_chol is not None else proposal.walk_chol
-            h = self.slice_parameters(h, coef, sub_cholesky(scale, params), rng)
+            h = self.slice_parameters(h, coef, directions, rng)
         return MixedState(h, coef, None, None), MixedInfo(accept, walk_accept, 0.0, 0)
+
+    def _moves(self, proposal: HyperProposal, free, params, K):
+        """``(block proposal, slice directions)`` from ``proposal``: its restriction to the
+        coordinates ``free`` and the slice widths on ``params``. Kept while the proposal's
+        arrays are unchanged (they change only when tuning refits them), since the
+        sub-block factorizations cost about as much as a slice update's evaluation."""
+        cached = self._moves_cache
+        if cached is not None and cached[0].moves == proposal.moves:
+            old = cached[0]
+            same = (
+                all(
+                    (a is None and b is None)
+                    or (a is not None and b is not None and np.array_equal(a, b))
+                    for a, b in (
+                        (old.walk_chol, proposal.walk_chol),
+                        (old.centre, proposal.centre),
+                        (old.indep_chol, proposal.indep_chol),
+                    )
+                )
+                and old.df == proposal.df
+            )
+            if same:
+                return cached[1], cached[2]
+        block = proposal if free.size == K else _Restricted(proposal, free)
+        directions = None
+        if params.size:
+            scale = proposal.indep_chol if proposal.indep_chol is not None else proposal.walk_chol
+            directions = SLICE_WIDTH * sub_cholesky(scale, params)
+        self._moves_cache = (proposal, block, directions)
+        return block, directions
