@@ -11,7 +11,10 @@ Student-t sigma and nu, not log-concave: the Laplace proposal clips its curvatur
 * The Student-t's scale-mixture kernel (what the step samples a Student-t mixed model
   with), ``sigma`` free and then ``nu`` free, against the same quadrature. Negative
   control: row precisions drawn without the residuals, which gives outliers the weight a
-  normal likelihood would.
+  normal likelihood would. The slice updates' shortcut density (without the coefficients'
+  prior, where the sliced coordinates leave the group sds alone) differs from the full one
+  and from PyMC's by a constant; the restricted proposal and slice directions follow the
+  proposal when tuning changes it.
 * Bambi's Gamma family (``sigma = mu / alpha**0.5``: the shape is ``alpha`` once
   simplified) is read with ``alpha`` as the free shape; a shape that does depend on the
   coefficients is refused.
@@ -33,7 +36,7 @@ from pymc_sgs.mixed.joint import LaplaceJointKernel
 from pymc_sgs.mixed.kernel import HyperProposal
 from pymc_sgs.mixed.laplace import hyper_mode
 from pymc_sgs.mixed.read import read_mixed_model
-from pymc_sgs.mixed.scale_mixture import StudentTKernel
+from pymc_sgs.mixed.scale_mixture import SLICE_WIDTH, StudentTKernel
 from pymc_sgs.mixed.step import MixedSplitGibbs
 
 # two levels, the first with little data
@@ -202,6 +205,53 @@ def test_student_t_scale_mixture_matches_quadrature(case):
     assert np.all(_z(draws, refs) < 4), (_z(draws, refs), refs, draws.mean(axis=0))
     wrong = run_scale_mixture(_BlindPrecisions, case, 10_000, seed=4)
     assert _z(wrong, refs).max() > 4, (_z(wrong, refs), refs, wrong.mean(axis=0))
+
+
+@pytest.mark.parametrize("case", T_CASES)
+def test_student_t_slice_density_without_the_coefficients_prior_differs_by_a_constant(case):
+    """Where the sliced coordinates leave the group sds alone the kernel drops
+    ``log p(c | h)``; the differences it compares must be those of the full density, and
+    the model's own (PyMC's joint log density, log-Jacobian included)."""
+    m = model(case)
+    problem = read_mixed_model(m).problem
+    kernel = StudentTKernel(problem)
+    h1 = np.array([np.log(0.8), np.log(1.5)])
+    _, params = kernel._coordinates(h1)
+    assert params.tolist() == [1] and kernel._family_only
+    coef = np.array([0.4, 2.1])
+    eta, group = kernel.eta(coef), coef - kernel.coef_mean
+    h2 = h1 + np.array([0.0, 0.6])
+    diffs = [
+        kernel.log_conditional(h2, eta, group, only) - kernel.log_conditional(h1, eta, group, only)
+        for only in (True, False)
+    ]
+    logp = m.compile_logp()
+    names = [v.name for v in m.value_vars]
+
+    def point(h):
+        return {names[0]: h[0], "u": coef, names[2]: h[1]}
+
+    assert diffs[0] == pytest.approx(diffs[1], rel=1e-10, abs=1e-10)
+    assert diffs[0] == pytest.approx(logp(point(h2)) - logp(point(h1)), rel=1e-10, abs=1e-10)
+
+
+def test_student_t_proposal_pieces_follow_the_proposal():
+    """The restricted proposal and slice directions are kept while the proposal's arrays
+    are unchanged, and rebuilt when tuning changes them."""
+    problem = read_mixed_model(model("studentt_nu")).problem
+    kernel = StudentTKernel(problem)
+    h = np.array([np.log(0.8), np.log(4.0)])
+    free, params = kernel._coordinates(h)
+    chol = np.array([[0.5, 0.0], [0.1, 0.3]])
+    prop = HyperProposal(walk_chol=chol, centre=h, indep_chol=1.2 * chol, df=4.0)
+    block, directions = kernel._moves(prop, free, params, 2)
+    again = HyperProposal(walk_chol=chol.copy(), centre=h.copy(), indep_chol=1.2 * chol, df=4.0)
+    assert kernel._moves(again, free, params, 2)[0] is block
+    np.testing.assert_allclose(directions, SLICE_WIDTH * np.array([[1.2 * np.hypot(0.1, 0.3)]]))
+    wider = again._replace(indep_chol=2.0 * chol)
+    block2, directions2 = kernel._moves(wider, free, params, 2)
+    assert block2 is not block
+    np.testing.assert_allclose(directions2, directions * 2.0 / 1.2)
 
 
 @pytest.mark.parametrize("case", CASES)
