@@ -62,8 +62,8 @@ def correlated_model(name: str, u_sd=None, noncentred: bool = False):
 
     ``noncentred=True`` writes the same posterior as PyMC's examples do for NUTS:
     ``u_offset ~ N(0, 1)`` of shape ``(levels, 2)`` and ``u = u_offset @ chol.T`` (a
-    deterministic), the baseline of ``benchmarks/mixed.py``'s ``*-lkj`` cases. SplitGibbs
-    reads the centred form only.
+    deterministic), the default model of ``benchmarks/mixed.py``'s ``*-lkj`` cases. SplitGibbs
+    reads both forms.
     """
     import pymc as pm
 

@@ -4,7 +4,8 @@
   for all three factorizations, with the correlated factor eliminated first (Schur) and
   with it in the dense remainder;
 * the factorizations' samplers against ``x^T Q x = eps^T eps`` with the block prior;
-* the reading of PyMC's LKJ models (the forms users write, the covariance at ``h``);
+* the reading of PyMC's LKJ models (the forms users write, centred and non-centred, the
+  covariance at ``h``, the offsets mapped back; an upper-triangular factor refused);
 * sleepstudy and Contraception with LKJ covariances against long nutpie references
   (``tests/data/mixed_ref_*_lkj.json``), with a negative control.
 """
@@ -169,8 +170,14 @@ def lkj_model(form="index", seed=0, n=200, L=10, family="normal"):
         chol, _, _ = pm.LKJCholeskyCov(
             "chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(1.0, shape=2), compute_corr=True
         )
-        u = pm.MvNormal("u", mu=np.zeros(2), chol=chol, shape=(L, 2))
-        if form == "index":
+        if form == "noncentred":
+            u = pm.Normal("z", 0.0, 1.0, shape=(L, 2)) @ chol.T
+        elif form == "noncentred-dot":
+            z = pm.Normal("z", 0.0, 1.0, shape=(L, 2))
+            u = pm.Deterministic("u", pytensor.tensor.dot(chol, z.T).T)
+        else:
+            u = pm.MvNormal("u", mu=np.zeros(2), chol=chol, shape=(L, 2))
+        if form in ("index", "noncentred", "noncentred-dot"):
             group = u[g, 0] + u[g, 1] * x
         elif form == "rows":
             group = u[g][:, 0] + u[g][:, 1] * x
@@ -184,12 +191,15 @@ def lkj_model(form="index", seed=0, n=200, L=10, family="normal"):
     return model
 
 
-@pytest.mark.parametrize("form", ["index", "rows", "product"])
+@pytest.mark.parametrize("form", ["index", "rows", "product", "noncentred", "noncentred-dot"])
 def test_lkj_forms_read_as_one_correlated_block(form):
+    """Centred (MvNormal) and non-centred (offset @ chol.T, PyMC's examples' form) effects
+    read as the same block, with the model's own covariance at h."""
     model = lkj_model(form)
     mixed = read_mixed_model(model)
     p = mixed.problem
-    assert [t.name for t in p.terms] == ["u[0]", "u[1]"]
+    name = "z" if form.startswith("noncentred") else "u"
+    assert [t.name for t in p.terms] == [f"{name}[0]", f"{name}[1]"]
     assert p.correlated == (CorrelatedTerms((0, 1), 0),)
     assert mixed.hyper_names == ["chol_cholesky-cov-packed__", "sigma_log__"]
     # the covariance at h is the model's own, diag(stds) corr diag(stds) (the LKJ variable
@@ -221,6 +231,52 @@ def test_lkj_draws_map_back_to_the_model_variables():
     back = mixed.layout.to_point(h, coef, mixed.problem.hyper(h)[1])
     np.testing.assert_allclose(back["u"], point["u"])
     np.testing.assert_allclose(back["b0"], point["b0"])
+
+
+def test_noncentred_lkj_draws_map_back_to_the_offsets():
+    """The non-centred offsets come back as ``u chol^-T``, ``chol`` the model's factor at
+    ``h`` (the Cholesky factor of the covariance read): ``from_point`` and ``to_point``
+    round-trip a point, and the coefficients are the model's ``u = z @ chol.T``."""
+    model = lkj_model("noncentred-dot")
+    mixed = read_mixed_model(model)
+    p, layout = mixed.problem, mixed.layout
+    assert layout.needs_covs
+    point = model.initial_point()
+    rng = np.random.default_rng(4)
+    point["z"] = rng.normal(size=(10, 2))
+    point["chol_cholesky-cov-packed__"] = np.array([0.3, -0.5, 0.4])
+    h, coef = layout.from_point(point, p.hyper, p.hyper_cov)
+    (u_graph,) = model.replace_rvs_by_values([model["u"]])
+    u = pytensor.function(model.value_vars, u_graph, on_unused_input="ignore")(
+        **{v.name: point[v.name] for v in model.value_vars}
+    )
+    # the group coefficients are u's columns
+    (cols,) = [how[1] for name, _, _, how in layout.entries if name == "z"]
+    for j, (start, L, *_) in enumerate(cols):
+        np.testing.assert_allclose(coef[start : start + L], u[:, j], rtol=1e-12)
+    back = layout.to_point(h, coef, p.hyper(h)[1], p.hyper_cov(h)[3])
+    np.testing.assert_allclose(back["z"], point["z"], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="hyper_cov"):
+        layout.from_point(point, p.hyper)
+
+
+def test_noncentred_effects_through_an_upper_factor_are_refused():
+    """``z @ chol`` (an upper-triangular factor, rows with covariance chol^T chol) is linear
+    but not the Cholesky form read: refused, naming the form that is."""
+    rng = np.random.default_rng(0)
+    g, x = rng.integers(0, 10, 100), rng.normal(size=100)
+    with pm.Model() as model:
+        chol, _, _ = pm.LKJCholeskyCov(
+            "chol", n=2, eta=2.0, sd_dist=pm.HalfNormal.dist(1.0, shape=2)
+        )
+        u = pm.Normal("z", 0.0, 1.0, shape=(10, 2)) @ chol
+        pm.Normal("y", u[g, 0] + u[g, 1] * x, 1.0, observed=rng.normal(size=100))
+    with pytest.raises(ValueError, match=r"not lower-triangular.*offset @ chol.T.*NUTS"):
+        read_mixed_model(model)
+    # the step then leaves the model to the GLM path, which refuses the product too
+    with pytest.raises(ValueError, match=r"MvNormal.*NUTS"):
+        with model:
+            pymc_sgs.SplitGibbs()
 
 
 def test_a_covariance_with_its_own_hyperprior_is_refused():
@@ -272,10 +328,12 @@ def fit_lkj(name, model=None, draws=1000, seed=1):
     return s[s["sd"] > 1e-8]
 
 
-def test_sleepstudy_lkj_matches_reference():
+@pytest.mark.parametrize("noncentred", [False, True])
+def test_sleepstudy_lkj_matches_reference(noncentred):
     """Every parameter (coefficients, sds, correlation, sigma, the 36 group effects) within
-    0.1 sd + 3 MCSE of the nutpie reference, R-hat <= 1.01."""
-    s = fit_lkj("sleepstudy_lkj")
+    0.1 sd + 3 MCSE of the nutpie reference, R-hat <= 1.01; centred, and non-centred as
+    PyMC's examples write it (``u`` then a deterministic of the sampled offsets)."""
+    s = fit_lkj("sleepstudy_lkj", model=correlated_model("sleepstudy_lkj", noncentred=noncentred))
     ref = load_reference("sleepstudy_lkj")
     assert len([lab for lab in s.index if lab in ref]) == len(ref) == 2 + 1 + 2 + 2 + 36
     assert compare_to_reference(s, ref) == []
@@ -290,10 +348,12 @@ def test_sleepstudy_lkj_check_rejects_a_different_target():
     assert "chol_stds[0]" in bad
 
 
-def test_contraception_lkj_matches_reference():
+@pytest.mark.parametrize("noncentred", [False, True])
+def test_contraception_lkj_matches_reference(noncentred):
     """The logistic GLMM with an LKJ covariance (the Laplace joint kernel, or the
     Pólya-Gamma one after a change-over): every parameter within 0.1 sd + 3 MCSE."""
-    s = fit_lkj("contraception_lkj", draws=2000)
+    model = correlated_model("contraception_lkj", noncentred=noncentred)
+    s = fit_lkj("contraception_lkj", model=model, draws=2000)
     ref = load_reference("contraception_lkj")
     assert compare_to_reference(s, ref) == []
     assert float(s["r_hat"].max()) <= 1.01

@@ -190,13 +190,6 @@ def is_case(name: str) -> bool:
         return False
 
 
-def sgs_sampler(name: str) -> str:
-    """The SplitGibbs variant that runs on a case's model as SplitGibbs reads it: ``SGS``
-    (Bambi's default model), or ``SGS-centred`` for the ``*-lkj`` cases, whose default
-    non-centred model SplitGibbs refuses."""
-    return "SGS-centred" if "correlated" in REAL_CASES.get(name, {}) else "SGS"
-
-
 def case_info(name: str) -> dict:
     """formula, family, label, glmm flag of a case."""
     if name in REAL_CASES:

@@ -7,7 +7,11 @@ multiplied by a value column. The group coefficients may be written
 * centred: ``u ~ Normal(mu, tau)`` with ``tau`` a free scale and ``mu`` a constant or a
   free coefficient with a Normal prior (a hierarchical mean);
 * non-centred: ``tau * offset`` with ``offset ~ Normal(0, 1)``, as Bambi writes them by
-  default (``1|g = 1|g_sigma * 1|g_offset``).
+  default (``1|g = 1|g_sigma * 1|g_offset``);
+* correlated (``k`` terms per level, an ``L x k`` matrix): centred, ``u ~ MvNormal(mu,
+  chol=chol)``, or non-centred, ``u = offset @ chol.T`` with ``offset ~ Normal(0, 1)`` and
+  ``chol`` a Cholesky factor of free variables (``pm.LKJCholeskyCov``), as PyMC's examples
+  write them for NUTS.
 
 The term is read as (index column, value column): nothing of size ``n x levels`` is built.
 Internally every term is centred at zero, ``v ~ N(0, tau^2)``; :class:`MixedLayout` maps
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pymc as pm
 import pytensor
+import scipy.linalg
 from pytensor.compile.ops import ViewOp
 from pytensor.graph.replace import clone_replace
 
@@ -333,8 +338,9 @@ def _read_source(var, model, name):
         "SplitGibbs reads group-specific terms written u[g] with u ~ Normal(mu, tau) "
         "(centred) or tau * offset[g] with offset ~ Normal(0, 1) (non-centred, Bambi's "
         "default), tau a free scale with its own prior; correlated effects as an L x k "
-        "matrix u ~ MvNormal(mu, chol=chol) (centred), the covariance a function of free "
-        "variables with their own priors (e.g. pm.LKJCholeskyCov)"
+        "matrix u ~ MvNormal(mu, chol=chol) (centred) or offset @ chol.T with offset ~ "
+        "Normal(0, 1) (non-centred), the covariance a function of free variables with their "
+        "own priors (e.g. pm.LKJCholeskyCov)"
     )
 
     def scale_of(graph, k):
@@ -434,9 +440,88 @@ def _read_source(var, model, name):
                 if scale is None:
                     continue
                 return _Source(offset, True, scale, None, None, np.zeros(k), k, int(rshape[0]))
+    correlated = _read_noncentred_correlated(var, model, name)
+    if correlated is not None:
+        return correlated
     raise UnsupportedModelError(
         f"group-specific term {name!r} is not a form the mixed-model sampler reads. {hint}; or "
         f"sample this model with {NUTS}."
+    )
+
+
+def _read_noncentred_correlated(var, model, name, seed: int = 0):
+    """``u = offset @ chol.T`` with ``offset ~ Normal(0, 1)`` an ``L x k`` matrix and ``chol``
+    a lower-triangular function of free variables (``pm.LKJCholeskyCov``'s factor): the
+    non-centred form of correlated effects that PyMC's examples write for NUTS. None if
+    ``var`` is not of that form.
+
+    The product is read numerically rather than from its graph (``z @ chol.T``,
+    ``pt.dot(chol, z.T).T`` and einsum forms all occur): ``var`` must be ``offset @ M.T``
+    for the matrix ``M`` obtained by putting the identity in the first ``k`` rows of
+    ``offset``, at the model's initial point and at a perturbed one, for random offsets.
+    ``M`` lower-triangular with a positive diagonal is then the Cholesky factor of the
+    rows' covariance ``M M^T``, which is what is read; the draws map back to the offsets
+    through that factor (:meth:`MixedLayout.to_point`).
+    """
+    free = set(model.free_RVs)
+    deps = free_rvs_in([var], model)
+    shape = tuple(var.type.shape)
+    candidates = [
+        d
+        for d in deps
+        if isinstance(d.owner.op, NormalRV)
+        and len(shape_of(d)) == 2
+        and _is_const(d.owner.inputs[2], model)
+        and _is_const(d.owner.inputs[3], model)
+        and np.all(value_of(d.owner.inputs[2]) == 0)
+        and np.all(value_of(d.owner.inputs[3]) == 1)
+    ]
+    if len(candidates) != 1:
+        return None
+    (offset,) = candidates
+    L, k = (int(x) for x in shape_of(offset))
+    cov_rvs = [d for d in deps if d is not offset]
+    if k < 2 or L < k or not cov_rvs or shape != (L, k):
+        return None
+    for d in cov_rvs:
+        if d not in free or free_rvs_in(d.owner.inputs[2:], model):
+            raise UnsupportedModelError(
+                f"group-specific term {name!r}: the prior of {d.name!r} (in the covariance of "
+                f"the non-centred effects {offset.name!r}) depends on other free variables, "
+                f"which the mixed-model sampler does not support. Sample this model with {NUTS}."
+            )
+    unit = np.zeros((L, k))
+    unit[:k] = np.eye(k)
+    unit = pytensor.tensor.constant(unit.astype(offset.dtype))
+    values = [model.rvs_to_values[offset]] + [model.rvs_to_values[d] for d in cov_rvs]
+    # in terms of the value variables: cloning a graph that holds the random variables
+    # themselves would clone them into fresh, unrelated random draws
+    (var_v,) = model.replace_rvs_by_values([var])
+    factor = clone_replace([var_v], replace={values[0]: unit})[0][:k].T
+    fn = pytensor.function(values, [var_v, factor], on_unused_input="ignore", mode=DETECT_MODE)
+    start = model.initial_point()
+    rng = np.random.default_rng(seed)
+    for jitter in (0.0, 0.3):
+        args = [rng.normal(size=(L, k)).astype(offset.dtype)]
+        for v in values[1:]:
+            x = np.asarray(start[v.name], dtype=float)
+            args.append((x + jitter * rng.normal(size=x.shape)).astype(v.dtype))
+        with np.errstate(all="ignore"):
+            got, M = (np.asarray(a, dtype=float) for a in fn(*args))
+        want = args[0] @ M.T
+        if not np.all(np.abs(got - want) <= 1e-8 * (1.0 + np.abs(want))):
+            return None
+        if not (np.all(np.triu(M, 1) == 0) and np.all(np.diag(M) > 0)):
+            raise UnsupportedModelError(
+                f"group-specific term {name!r}: the non-centred correlated effects "
+                f"{offset.name!r} enter as offset @ M.T with an M that is not lower-triangular "
+                "with a positive diagonal. SplitGibbs reads offset @ chol.T with chol a "
+                "Cholesky factor (e.g. pm.LKJCholeskyCov's), or the centred u ~ "
+                f"MvNormal(0, chol=chol); or sample this model with {NUTS}."
+            )
+    cov = factor @ factor.T
+    return _Source(
+        offset, True, None, None, None, np.zeros(k), k, L, cov=cov, cov_rvs=tuple(cov_rvs)
     )
 
 
@@ -449,34 +534,47 @@ class MixedLayout:
     hyper_size: int
     dim: int
 
-    def to_point(self, h, coef, sds) -> dict:
-        """The model's value variables from the kernel's ``(h, coef)`` (and term sds)."""
+    def to_point(self, h, coef, sds, covs=()) -> dict:
+        """The model's value variables from the kernel's ``(h, coef)`` (and term sds; the
+        correlated terms' covariances ``covs`` where non-centred ones need them)."""
         out = {}
         for name, shape, dtype, how in self.entries:
             kind = how[0]
             if kind in ("beta", "hyper"):
                 src = coef if kind == "beta" else h
                 val = src[how[1] : how[2]]
-            else:  # ("group", [(start, L, scale_index, mean_const, mean_coef_index|None)], noncentred)
+            else:  # ("group", [(start, L, scale_index, mean_const, mean_idx|None)], noncentred, cov)
                 cols = []
                 for start, L, scale, mean_const, mean_idx in how[1]:
                     v = coef[start : start + L]
-                    if how[2]:
+                    if how[2] and how[3] is None:
                         cols.append(v / sds[scale])
                     else:
                         m = mean_const if mean_idx is None else coef[mean_idx]
                         cols.append(v + m)
+                if how[2] and how[3] is not None:
+                    # u = offset @ chol.T: offset = u chol^-T
+                    chol = np.linalg.cholesky(np.asarray(covs[how[3]], dtype=float))
+                    u = np.stack(cols, axis=1)
+                    cols = list(scipy.linalg.solve_triangular(chol, u.T, lower=True))
                 val = np.stack(cols, axis=1) if len(cols) > 1 or len(shape) == 2 else cols[0]
             out[name] = np.asarray(val, dtype=dtype).reshape(shape)
         return out
 
-    def from_point(self, point, hyper_fn):
-        """``(h, coef)`` from a point of the model (the inverse of :meth:`to_point`)."""
+    @property
+    def needs_covs(self) -> bool:
+        """Whether :meth:`to_point` needs the covariances (non-centred correlated terms)."""
+        return any(how[0] == "group" and how[2] and how[3] is not None for *_, how in self.entries)
+
+    def from_point(self, point, hyper_fn, hyper_cov=None):
+        """``(h, coef)`` from a point of the model (the inverse of :meth:`to_point`);
+        ``hyper_cov`` (:attr:`MixedProblem.hyper_cov`) where :attr:`needs_covs`."""
         h = np.zeros(self.hyper_size)
         for name, shape, dtype, how in self.entries:
             if how[0] == "hyper":
                 h[how[1] : how[2]] = np.ravel(point[name])
         _, sds, _ = hyper_fn(h)
+        covs = hyper_cov(h)[3] if (self.needs_covs and hyper_cov is not None) else None
         coef = np.zeros(self.dim)
         for name, shape, dtype, how in self.entries:
             if how[0] == "beta":
@@ -484,8 +582,15 @@ class MixedLayout:
         for name, shape, dtype, how in self.entries:
             if how[0] == "group":
                 val = np.asarray(point[name], dtype=float).reshape(-1, len(how[1]))
+                if how[2] and how[3] is not None:
+                    if covs is None:
+                        raise ValueError(
+                            f"from_point: {name!r} is a non-centred correlated term; pass "
+                            "hyper_cov to map it."
+                        )
+                    val = val @ np.linalg.cholesky(np.asarray(covs[how[3]], dtype=float)).T
                 for j, (start, L, scale, mean_const, mean_idx) in enumerate(how[1]):
-                    if how[2]:
+                    if how[2] and how[3] is None:
                         coef[start : start + L] = val[:, j] * sds[scale]
                     else:
                         m = mean_const if mean_idx is None else coef[mean_idx]
@@ -1067,9 +1172,14 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
         entries.append(
             (vv.name, shape_of(r), vv.dtype, ("beta", st, st + int(np.prod(shape_of(r)))))
         )
+    cov_index = {}
+    for s in sources:
+        if s.cov is not None:
+            cov_index[s.rv] = len(cov_index)
     for s, cols_layout in layout_groups:
         vv = model.rvs_to_values[s.rv]
-        entries.append((vv.name, shape_of(s.rv), vv.dtype, ("group", cols_layout, s.noncentred)))
+        how = ("group", cols_layout, s.noncentred, cov_index.get(s.rv))
+        entries.append((vv.name, shape_of(s.rv), vv.dtype, how))
     hs = 0
     for r in hyper_rvs:
         vv = model.rvs_to_values[r]

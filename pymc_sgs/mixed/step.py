@@ -247,7 +247,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.can_augment = (
             problem.family is not None and self.auto_rho and polya_gamma_applies(problem.family)
         )
-        h0 = mixed.layout.from_point(model.initial_point(), problem.hyper)[0]
+        h0 = mixed.layout.from_point(model.initial_point(), problem.hyper, problem.hyper_cov)[0]
         self.mode = hyper_mode(kernel, h0)
         if self.split:
             kernel = MixedKernel(problem, rho=self.rho, log_weights=self.log_weights)
@@ -391,7 +391,9 @@ class MixedSplitGibbs(BaseSplitGibbs):
             self._check_acceptance(info.hyper_accept, coef_acc)
         sds = kernel.scales(state.h)
         new = dict(point)
-        new.update(self.mixed.layout.to_point(state.h, coef, sds))
+        layout = self.mixed.layout
+        covs = self.problem.hyper_cov(state.h)[3] if layout.needs_covs else ()
+        new.update(layout.to_point(state.h, coef, sds, covs))
         stats = {
             "rho": float(self.rho),
             "log_weight": float(log_weight),
