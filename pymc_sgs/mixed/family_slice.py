@@ -1,8 +1,8 @@
 """Slice-sampling updates of a likelihood's free parameters given the coefficients.
 
-A GLMM's dispersion or shape parameters (NegativeBinomial ``alpha``, Gamma ``shape``,
-Student-t ``sigma`` and ``nu``) are hyperparameters that the likelihood alone involves.
-Given the coefficients their conditional density is
+A mixed model's dispersion or shape parameters (the Student-t's ``sigma`` and ``nu``) are
+hyperparameters that the likelihood alone involves. Given the coefficients their
+conditional density is
 
     p(h | c, y)  propto  p(h) p(c | h) prod_i p(y_i | eta_i, h),
 
@@ -10,9 +10,8 @@ which costs one pass over the rows per evaluation and needs no factorization. Up
 coordinates of ``h`` that move those parameters by slice sampling along the directions of
 the hyperparameters' tuned proposal scale (Neal, 2003: stepping out, then shrinkage) is
 exact for any width, and leaves the posterior invariant as any update of a full
-conditional does. It adds a move to kernels whose joint ``(h, c)`` moves mix a dispersion
-parameter slowly: lme4's grouseticks, where the NegativeBinomial ``alpha`` trades off
-against a near observation-level ``(1|BROOD)`` term.
+conditional does. :class:`~pymc_sgs.mixed.scale_mixture.StudentTKernel` updates ``sigma``
+and ``nu`` this way.
 
 References
 ----------
@@ -64,7 +63,7 @@ def sub_cholesky(scale, coords) -> np.ndarray:
     return np.linalg.cholesky(cov + 1e-12 * np.eye(coords.size))
 
 
-def slice_update(log_density, h, coords, directions, rng, f_cur=None):
+def slice_update(log_density, h, coords, directions, rng) -> np.ndarray:
     """One slice-sampling update of ``h`` along each column of ``directions`` in turn.
 
     Parameters
@@ -78,15 +77,12 @@ def slice_update(log_density, h, coords, directions, rng, f_cur=None):
     directions : ndarray, shape (len(coords), m)
         One update along each column, whose length is the initial slice width.
     rng : numpy.random.Generator
-    f_cur : float, optional
-        ``log_density(h)``, if known.
 
     Returns
     -------
-    (h, f) : the new point and its log density.
+    ndarray : the new point.
     """
-    if f_cur is None:
-        f_cur = log_density(h)
+    f_cur = log_density(h)
     for j in range(directions.shape[1]):
         d = np.zeros_like(h)
         d[coords] = directions[:, j]
@@ -116,4 +112,4 @@ def slice_update(log_density, h, coords, directions, rng, f_cur=None):
             else:
                 hi = t
         h = h0 + t * d
-    return h, f_cur
+    return h

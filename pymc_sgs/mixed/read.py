@@ -22,6 +22,7 @@ ArviZ, Bambi's ``predict`` and ``interpret`` see the model they built.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pymc as pm
@@ -295,6 +296,18 @@ def _broadcast_source(var):
     return var
 
 
+def _check_covariance_priors(deps, model, name, rv) -> None:
+    """Refuse a covariance of the group effects ``rv`` whose free variables ``deps`` have
+    priors that depend on other free variables (a hyperprior on the LKJ sds)."""
+    for d in deps:
+        if free_rvs_in(d.owner.inputs[2:], model):
+            raise UnsupportedModelError(
+                f"group-specific term {name!r}: the prior of {d.name!r} (in the covariance of "
+                f"{rv.name!r}) depends on other free variables, which the mixed-model sampler "
+                f"does not support. Sample this model with {NUTS}."
+            )
+
+
 def _read_correlated(rv, model, name, mean_of):
     """``u ~ MvNormal(mu, Sigma)``, an ``L x k`` matrix: ``k`` correlated terms per level."""
     rshape = shape_of(rv)
@@ -316,13 +329,7 @@ def _read_correlated(rv, model, name, mean_of):
             f"needs one k x k covariance shared by the levels. Sample this model with {NUTS}."
         )
     deps = free_rvs_in([cov], model)
-    for d in deps:
-        if free_rvs_in(d.owner.inputs[2:], model):
-            raise UnsupportedModelError(
-                f"group-specific term {name!r}: the prior of {d.name!r} (in the covariance of "
-                f"{rv.name!r}) depends on other free variables, which the mixed-model sampler "
-                f"does not support. Sample this model with {NUTS}."
-            )
+    _check_covariance_priors(deps, model, name, rv)
     mean_rv, mean_value = mean_of(mu, rshape, L, k)
     return _Source(rv, False, None, None, mean_rv, mean_value, k, L, cov=cov, cov_rvs=tuple(deps))
 
@@ -463,7 +470,6 @@ def _read_noncentred_correlated(var, model, name, seed: int = 0):
     rows' covariance ``M M^T``, which is what is read; the draws map back to the offsets
     through that factor (:meth:`MixedLayout.to_point`).
     """
-    free = set(model.free_RVs)
     deps = free_rvs_in([var], model)
     shape = tuple(var.type.shape)
     candidates = [
@@ -483,13 +489,7 @@ def _read_noncentred_correlated(var, model, name, seed: int = 0):
     cov_rvs = [d for d in deps if d is not offset]
     if k < 2 or L < k or not cov_rvs or shape != (L, k):
         return None
-    for d in cov_rvs:
-        if d not in free or free_rvs_in(d.owner.inputs[2:], model):
-            raise UnsupportedModelError(
-                f"group-specific term {name!r}: the prior of {d.name!r} (in the covariance of "
-                f"the non-centred effects {offset.name!r}) depends on other free variables, "
-                f"which the mixed-model sampler does not support. Sample this model with {NUTS}."
-            )
+    _check_covariance_priors(cov_rvs, model, name, offset)
     unit = np.zeros((L, k))
     unit[:k] = np.eye(k)
     unit = pytensor.tensor.constant(unit.astype(offset.dtype))
@@ -561,7 +561,7 @@ class MixedLayout:
             out[name] = np.asarray(val, dtype=dtype).reshape(shape)
         return out
 
-    @property
+    @cached_property
     def needs_covs(self) -> bool:
         """Whether :meth:`to_point` needs the covariances (non-centred correlated terms)."""
         return any(how[0] == "group" and how[2] and how[3] is not None for *_, how in self.entries)
@@ -1069,11 +1069,13 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     # terms (the sqrt of their covariance's diagonal), then the fixed scales
     scale_slots, const_sds, terms = [], [], []
     cov_graphs, cov_slots = [], []
+    cov_index = {}  # group variable -> its covariance's position in hyper_cov's output
     term_specs = []
     slot_of = {}
     for t, s in enumerate(sources):
         specs = []
         if s.cov is not None:
+            cov_index[s.rv] = len(cov_graphs)
             cov_graphs.append(s.cov)
         for j in range(s.k):
             if s.cov is not None:
@@ -1172,10 +1174,6 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
         entries.append(
             (vv.name, shape_of(r), vv.dtype, ("beta", st, st + int(np.prod(shape_of(r)))))
         )
-    cov_index = {}
-    for s in sources:
-        if s.cov is not None:
-            cov_index[s.rv] = len(cov_index)
     for s, cols_layout in layout_groups:
         vv = model.rvs_to_values[s.rv]
         how = ("group", cols_layout, s.noncentred, cov_index.get(s.rv))

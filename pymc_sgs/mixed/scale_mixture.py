@@ -210,10 +210,9 @@ class StudentTKernel(AugmentedKernel):
         eta = self.eta(coef)
         group = (coef - self.coef_mean)[self.problem.p :]
         only = self._family_only
-        h, _ = slice_update(
+        return slice_update(
             lambda x: self.log_conditional(x, eta, group, only), h, params, directions, rng
         )
-        return h
 
     # -- the kernel ------------------------------------------------------------------
     def step(self, state: MixedState, rng, proposal: HyperProposal):
