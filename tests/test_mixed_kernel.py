@@ -136,30 +136,45 @@ def test_factorizations_agree():
         np.testing.assert_allclose(out[method][1], out["dense"][1], rtol=1e-8, atol=1e-10)
 
 
-def test_schur_dense_and_sparse_coupling_agree(monkeypatch):
-    """The Schur factorization keeps ``Q_BR`` dense when that is cheap and sparse otherwise;
-    both give the same factor (log det, solve, sample and its inverse)."""
+@pytest.mark.parametrize("slope", [True, False], ids=["k2", "k1"])
+def test_schur_dense_and_sparse_coupling_agree(monkeypatch, slope):
+    """The Schur factorization keeps ``Q_BR`` dense when that is cheap and sparse otherwise,
+    and a sparse one enters the complement by the compiled loop or by SciPy's product (the
+    reference); all give the same factor (log det, solve, sample and its inverse), with one
+    or two terms on the eliminated factor."""
     import pymc_sgs.mixed.precision as precision
 
     problem = crossed_problem(seed=3, n=500, L1=40, L2=25)
+    if not slope:
+        problem = dataclasses.replace(
+            problem,
+            terms=(problem.terms[0], dataclasses.replace(problem.terms[2], scale=1)),
+        )
     lam = np.concatenate([[0.2, 0.3], np.linspace(0.5, 3.0, problem.dim - 2)])
     rng = np.random.default_rng(5)
     b, eps = rng.normal(size=problem.dim), rng.normal(size=problem.dim)
     w = rng.uniform(0.5, 2.0, problem.n)  # row weights: the reweighted Gram pieces too
     out = {}
-    for dense_br in (precision.DENSE_BR, 0):
+    for dense_br, engine in ((precision.DENSE_BR, "numba"), (0, "numba"), (0, "scipy")):
         monkeypatch.setattr(precision, "DENSE_BR", dense_br)
-        prec = MixedPrecision(problem, method="schur").reweighted(w)
+        prec = MixedPrecision(problem, method="schur", schur_engine=engine).reweighted(w)
         assert prec._dense_BR == (dense_br > 0)
         assert scipy.sparse.issparse(prec.GBR) != prec._dense_BR
         f = prec.factor(lam, 1.7)
         x = f.sample(eps)
-        out[dense_br] = (f.logdet, f.solve(b), x, f.whiten(x))
-    dense, sparse = out[precision.DENSE_BR], out[0]
-    np.testing.assert_allclose(dense[0], sparse[0], rtol=1e-12)
-    for a, c in zip(dense[1:], sparse[1:]):
-        np.testing.assert_allclose(a, c, rtol=1e-10, atol=1e-12)
+        out[dense_br, engine] = (f.logdet, f.solve(b), x, f.whiten(x))
+    dense = out[precision.DENSE_BR, "numba"]
+    for key in ((0, "numba"), (0, "scipy")):
+        sparse = out[key]
+        np.testing.assert_allclose(dense[0], sparse[0], rtol=1e-12)
+        for a, c in zip(dense[1:], sparse[1:]):
+            np.testing.assert_allclose(a, c, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(dense[3], eps, rtol=1e-10, atol=1e-10)
+
+
+def test_schur_engine_is_checked():
+    with pytest.raises(ValueError, match="schur_engine must be one of"):
+        MixedPrecision(crossed_problem(), schur_engine="fast")
 
 
 def test_closed_form_pair_blocks_are_lapacks():

@@ -40,6 +40,7 @@ import copy
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 from scipy.linalg.lapack import dpotrf as _potrf
 from scipy.linalg.lapack import dpotrs as _potrs
 from scipy.linalg.lapack import dtrtrs as _trtrs
@@ -51,6 +52,7 @@ __all__ = [
     "DENSE_SMALL",
     "DenseFactor",
     "MixedPrecision",
+    "SCHUR_ENGINES",
     "SchurFactor",
     "SparseFactor",
     "design_matrix",
@@ -72,6 +74,41 @@ DENSE_MAX = 2500
 #: grouseticks, 118 x 66: a factorization took 1.3 ms, most of it sparse matrix setup;
 #: sampling time 9 s -> 6 s for 2 x 2000 iterations)
 DENSE_BR = 4_000_000
+
+#: how a sparse ``Q_BR`` enters the Schur complement: ``"numba"`` accumulates
+#: ``Q_RB Q_BB^-1 Q_BR`` level by level into the lower triangle of the dense complement
+#: (:func:`_schur_downdate`); ``"scipy"``, the reference, forms the sparse product and
+#: densifies it. On lme4's InstEval (2,972 x 1,152, 119,387 non-zeros) 4.6 ms instead of 23
+SCHUR_ENGINES = ("numba", "scipy")
+
+
+@njit(cache=True)
+def _schur_downdate(indptr, indices, data, inv, scale, S):  # pragma: no cover - compiled
+    """``S -= scale * G^T blockdiag(inv) G`` on the lower triangle of ``S``.
+
+    ``G`` is CSR with sorted column indices and ``L k`` rows, level-major (row ``l k + a`` is
+    term ``a`` of level ``l``); ``inv`` is ``(L, k, k)``. Each level adds the outer products
+    of its rows' non-zeros, so the work is the sum over levels of their squared non-zero
+    counts, not a sparse product's symbolic pass and a dense copy.
+    """
+    L, k = inv.shape[0], inv.shape[1]
+    for lev in range(L):
+        for a in range(k):
+            ra = lev * k + a
+            for b in range(k):
+                rb = lev * k + b
+                w = scale * inv[lev, a, b]
+                if w == 0.0:
+                    continue
+                qs, qe = indptr[rb], indptr[rb + 1]
+                for p in range(indptr[ra], indptr[ra + 1]):
+                    i = indices[p]
+                    wv = w * data[p]
+                    for q in range(qs, qe):
+                        j = indices[q]
+                        if j > i:
+                            break  # sorted: the rest of the row is above the diagonal
+                        S[i, j] -= wv * data[q]
 
 
 def _factor_pairs(Q):
@@ -253,13 +290,23 @@ class MixedPrecision:
         ``"auto"`` factors ``Q`` densely up to :data:`DENSE_SMALL` coefficients, else it
         eliminates the largest grouping factor and factors the rest densely
         when the rest has at most :data:`DENSE_MAX` coefficients, else ``"sparse"``.
+    schur_engine : {"numba", "scipy"}
+        How a sparse coupling enters the Schur complement (:data:`SCHUR_ENGINES`);
+        ``"scipy"`` is the reference the compiled loop is tested against.
     """
 
-    def __init__(self, problem, row_weights=None, method: str = "auto", A=None):
+    def __init__(
+        self, problem, row_weights=None, method: str = "auto", A=None, schur_engine="numba"
+    ):
         if method not in ("auto", "dense", "schur", "sparse"):
             raise ValueError(
                 f"method must be 'auto', 'dense', 'schur' or 'sparse'; received {method!r}"
             )
+        if schur_engine not in SCHUR_ENGINES:
+            raise ValueError(
+                f"schur_engine must be one of {SCHUR_ENGINES}; received {schur_engine!r}"
+            )
+        self.schur_engine = schur_engine
         self.problem = problem
         self.A = design_matrix(problem) if A is None else A
         n, self.dim = self.A.shape
@@ -385,6 +432,7 @@ class MixedPrecision:
             else:
                 WAR = self._AR if w is None else sp.diags(w) @ self._AR
                 GBR = sp.csr_matrix(self._AB_T @ WAR)
+                GBR.sort_indices()  # _schur_downdate reads each row's columns in order
                 self.GBR = GBR.toarray() if self._dense_BR else GBR
                 self.GRR = (self._AR.T @ WAR).toarray()
             return
@@ -465,7 +513,10 @@ class MixedPrecision:
             for place, P in in_R:
                 S[place[:, :, None], place[:, None, :]] += P
             if B.size:
-                if sp.issparse(QBR):
+                if sp.issparse(QBR) and self.schur_engine == "numba":
+                    G = self.GBR
+                    _schur_downdate(G.indptr, G.indices, G.data, inv, inv_s2 * inv_s2, S)
+                elif sp.issparse(QBR):
                     if k == 1:
                         Binv = sp.diags(inv[:, 0, 0], format="csr")
                     else:
