@@ -172,6 +172,47 @@ def test_schur_dense_and_sparse_coupling_agree(monkeypatch, slope):
     np.testing.assert_allclose(dense[3], eps, rtol=1e-10, atol=1e-10)
 
 
+def test_compiled_gram_pieces_are_scipys(monkeypatch):
+    """The row-by-row Gram pieces (``A_B^T W A_R`` into a fixed pattern, ``A_R^T W A_R``) equal
+    SciPy's products, with weights, zero slope values and slopes that cancel in the unweighted
+    product (entries a pattern read off the product's values would lose), and follow a
+    change of weights in place."""
+    import pymc_sgs.mixed.precision as precision
+
+    monkeypatch.setattr(precision, "DENSE_BR", 0)
+    problem = crossed_problem(seed=3, n=500, L1=40, L2=25)
+    g1, slope, g2 = problem.terms
+    values, i2 = slope.values.copy(), g2.index.copy()
+    values[2:60] = 0.0
+    # rows 0 and 1 alone at one (g1, g2) pair, with slopes +1 and -1
+    i2[(g1.index == g1.index[0]) & (i2 == i2[0])] = (i2[0] + 1) % g2.n_levels
+    i2[0] = i2[1] = g2.index[0]
+    g1_index = g1.index.copy()
+    g1_index[1] = g1_index[0]
+    values[0], values[1] = 1.0, -1.0
+    i2[2:][(g1_index[2:] == g1_index[0]) & (i2[2:] == i2[0])] = (i2[0] + 1) % g2.n_levels
+    problem = dataclasses.replace(
+        problem,
+        terms=(
+            dataclasses.replace(g1, index=g1_index),
+            dataclasses.replace(slope, index=g1_index, values=values),
+            dataclasses.replace(g2, index=i2),
+        ),
+    )
+    unweighted = MixedPrecision(problem, method="schur", schur_engine="scipy").GBR
+    assert unweighted.nnz < MixedPrecision(problem, method="schur")._br_pattern[1].size
+    rng = np.random.default_rng(8)
+    precs = {e: MixedPrecision(problem, method="schur", schur_engine=e) for e in ("numba", "scipy")}
+    for w in (None, rng.uniform(0.0, 2.0, problem.n), rng.uniform(0.5, 1.0, problem.n)):
+        if w is not None:
+            for prec in precs.values():
+                prec.set_row_weights(w)
+        got, want = precs["numba"], precs["scipy"]
+        assert scipy.sparse.issparse(got.GBR)
+        np.testing.assert_allclose(got.GBR.toarray(), want.GBR.toarray(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got.GRR, want.GRR, rtol=1e-12, atol=1e-12)
+
+
 def test_schur_engine_is_checked():
     with pytest.raises(ValueError, match="schur_engine must be one of"):
         MixedPrecision(crossed_problem(), schur_engine="fast")
@@ -268,12 +309,12 @@ def grid_posterior_mean_sd(kernel, fn=np.exp):
     return m, float(np.sqrt(np.sum(w * (fn(grid) - m) ** 2)))
 
 
-def run_kernel(kernel, mode, n_iter, seed, moves=2, independent=True):
+def run_kernel(kernel, mode, n_iter, seed, moves=2, independent=True, walk=True):
     rng = np.random.default_rng(seed)
     K = kernel.problem.hyper_size
     C = np.linalg.cholesky(mode.h_cov)
     prop = HyperProposal(
-        2.38 / np.sqrt(K) * C, mode.h if independent else None, 1.2 * C, 4.0, moves
+        2.38 / np.sqrt(K) * C, mode.h if independent else None, 1.2 * C, 4.0, moves, walk
     )
     st = kernel.init(mode.h, mode.coef + kernel.coef_mean, rng)
     hs = np.empty((n_iter, K))
@@ -283,12 +324,17 @@ def run_kernel(kernel, mode, n_iter, seed, moves=2, independent=True):
     return hs
 
 
-def test_lmm_scale_posterior_matches_quadrature():
+@pytest.mark.parametrize(
+    "moves, walk", [(2, True), (1, False), (2, False)], ids=["indep+walk", "indep", "indep x2"]
+)
+def test_lmm_scale_posterior_matches_quadrature(moves, walk):
+    """The default moves, and the independence moves alone that a chain of a linear mixed
+    model keeps after tuning when they are accepted often (``INDEP_ONLY_ACCEPT``)."""
     problem = one_scale_lmm()
     kernel = MixedKernel(problem)
     mode = hyper_mode(kernel, np.zeros(1))
     ref_mean, ref_sd = grid_posterior_mean_sd(kernel)
-    tau = np.exp(run_kernel(kernel, mode, 6000, seed=8)[:, 0])
+    tau = np.exp(run_kernel(kernel, mode, 6000, seed=8, moves=moves, walk=walk)[:, 0])
     mcse = float(az.mcse(tau[None, :], method="mean"))
     assert abs(tau.mean() - ref_mean) < 4 * mcse
     assert abs(tau.std() - ref_sd) < 0.1 * ref_sd
@@ -302,6 +348,40 @@ def test_lmm_scale_posterior_matches_quadrature():
     wrong = MixedKernel(dataclasses.replace(problem, hyper=wrong_hyper))
     wrong_mean, _ = grid_posterior_mean_sd(wrong)
     assert abs(tau.mean() - wrong_mean) > 4 * mcse
+
+
+def test_independence_only_proposal():
+    """``walk=False``: every move is an independence move (with its q-ratio), and the block
+    reports their acceptance and no walk acceptance."""
+    rng = np.random.default_rng(3)
+    C = np.array([[0.5, 0.0], [0.1, 0.3]])
+    prop = HyperProposal(C, np.zeros(2), 1.2 * C, 4.0, moves=3, walk=False)
+    for m in range(3):
+        _, log_q, independent = prop.draw(m, np.ones(2), rng)
+        assert independent and log_q != 0.0
+    problem = crossed_problem()
+    kernel = MixedKernel(problem)
+    h = np.array([-0.5, -1.0, -0.7, -0.3])
+    C4 = 0.2 * np.eye(4)
+    data = kernel.data_part(None)
+    for walk, n_walk_finite in ((True, True), (False, False)):
+        prop = HyperProposal(C4, h, C4, 4.0, moves=2, walk=walk)
+        *_, accept, walk_accept, indep_accept = kernel.collapsed_block(
+            h, data, kernel.factorize(h), np.random.default_rng(4), prop
+        )
+        assert np.isfinite(indep_accept) and 0.0 <= indep_accept <= 1.0
+        if walk:
+            np.testing.assert_allclose(accept, (walk_accept + indep_accept) / 2)
+        else:
+            np.testing.assert_allclose(accept, indep_accept)
+
+
+def test_factor_cost_orders_the_factorizations():
+    """A rough multiply-add count: larger for InstEval-like crossings than for one factor."""
+    one = MixedPrecision(dataclasses.replace(crossed_problem(), terms=crossed_problem().terms[:2]))
+    crossed = MixedPrecision(crossed_problem(seed=4, n=20_000, L1=5_000, L2=300))
+    assert 0 < one.factor_cost() < 1e5 < crossed.factor_cost()
+    assert crossed.factor_cost() >= 302**3 / 6
 
 
 def centred_gibbs(problem, n_iter, seed):

@@ -166,6 +166,53 @@ def test_same_seed_same_draws_for_any_cores():
     np.testing.assert_array_equal(draws[0], draws[1])
 
 
+def test_lmm_chains_keep_the_moves_their_tuning_chose(monkeypatch):
+    """A linear mixed model's chain drops the random-walk h-move after tuning when its
+    independence moves were accepted often since the last refit: one move per iteration
+    when a factorization is expensive, else two; otherwise it keeps both kinds. Each chain
+    decides from its own tuning (the decision is part of the chain's state)."""
+    import pymc_sgs.mixed.step as mixed_step
+
+    def chosen(**patch):
+        for name, value in patch.items():
+            monkeypatch.setattr(mixed_step, name, value)
+        with lmm("centred"):
+            step = pymc_sgs.SplitGibbs()
+            idata = pm.sample(
+                step=step,
+                draws=20,
+                tune=2 * FIRST_REFIT + mixed_step.INDEP_WINDOW,
+                chains=2,
+                cores=1,
+                random_seed=5,
+                progressbar=False,
+                compute_convergence_checks=False,
+            )
+        return step, idata
+
+    step, idata = chosen()
+    assert step.hyper_moves == (2, False)  # the last chain's; a cheap 15 x 15 factorization
+    assert float(idata.sample_stats["hyper_accept"].mean()) >= 0.5
+    step, _ = chosen(EXPENSIVE_FACTOR=0.0)
+    assert step.hyper_moves == (1, False)
+    step, _ = chosen(EXPENSIVE_FACTOR=1e7, INDEP_ONLY_ACCEPT=1.01)
+    assert step.hyper_moves == (2, True)
+    # too few tuning draws since the last refit to judge: both kinds kept
+    with lmm("centred"):
+        step = pymc_sgs.SplitGibbs()
+        pm.sample(
+            step=step,
+            draws=5,
+            tune=FIRST_REFIT + 5,
+            chains=1,
+            cores=1,
+            random_seed=5,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    assert step.hyper_moves == (2, True)
+
+
 def test_crossed_factors_are_read_as_two_factors():
     rng = np.random.default_rng(5)
     n = 300

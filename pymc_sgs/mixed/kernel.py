@@ -62,6 +62,7 @@ class MixedInfo(NamedTuple):
     walk_accept: float  # ... of the random-walk h-moves alone (what their scale is tuned on)
     log_weight: float  # log w_rho(c) = log p(y|c) - log p_rho(y|c); 0 for an unsplit model
     n_proposals: int  # z rejection-sampler proposals
+    indep_accept: float = float("nan")  # ... of the independence h-moves alone
 
 
 class HyperProposal(NamedTuple):
@@ -71,6 +72,8 @@ class HyperProposal(NamedTuple):
     ``indep_chol`` / ``df``: an independence proposal, multivariate Student-t around the
     mode of ``p(h | y)`` (fitted once, :func:`pymc_sgs.mixed.laplace.hyper_mode`); None
     disables it. Both are Metropolis-Hastings moves for ``p(h | z)``, exact for any value.
+    ``moves`` per iteration; with ``walk`` False (and a centre) every one of them is an
+    independence move.
     """
 
     walk_chol: np.ndarray
@@ -78,15 +81,17 @@ class HyperProposal(NamedTuple):
     indep_chol: np.ndarray | None = None
     df: float = 4.0
     moves: int = 2
+    walk: bool = True
 
     def draw(self, m: int, h, rng):
         """Move ``m``'s proposal from ``h``: ``(h_new, log q-ratio, independent)``.
 
-        Even moves are independence moves when there is a centre, the others random-walk
-        moves; the q-ratio ``log q(h) - log q(h_new)`` is 0 for the symmetric walk.
+        Even moves (every move when ``walk`` is False) are independence moves when there
+        is a centre, the others random-walk moves; the q-ratio ``log q(h) - log q(h_new)``
+        is 0 for the symmetric walk.
         """
         K = h.shape[0]
-        if self.centre is not None and m % 2 == 0:
+        if self.centre is not None and (m % 2 == 0 or not self.walk):
             # multivariate t: a normal scaled by sqrt(df / chi2_df)
             g = np.sqrt(self.df / rng.chisquare(self.df))
             h_new = self.centre + g * (self.indep_chol @ rng.standard_normal(K))
@@ -321,13 +326,17 @@ class MixedKernel:
         cached = self._factored
         if cached is None or not np.array_equal(cached.h, state.h):
             cached = self.factorize(state.h, 0)
-        coef, h, accept, walk_accept = self.collapsed_block(state.h, data, cached, rng, proposal)
+        coef, h, accept, walk_accept, indep_accept = self.collapsed_block(
+            state.h, data, cached, rng, proposal
+        )
         lw = self.log_weight(coef) if (self.split and self.log_weights) else 0.0
-        return MixedState(h, coef, z, mode), MixedInfo(accept, walk_accept, lw, n_prop)
+        info = MixedInfo(accept, walk_accept, lw, n_prop, indep_accept)
+        return MixedState(h, coef, z, mode), info
 
     def collapsed_block(self, h, data, factored, rng, proposal: HyperProposal):
         """``h | data`` by Metropolis-Hastings with the coefficients integrated out, then
-        ``c | h, data`` exactly: ``(coef, h, mean acceptance, mean walk acceptance)``.
+        ``c | h, data`` exactly: ``(coef, h, mean acceptance, mean walk acceptance, mean
+        independence acceptance)`` (nan for a kind of move not made).
 
         ``data`` is :meth:`data_part`'s ``(A^T W r, r^T W r)`` for the Gaussian linear model
         the coefficients are in (given ``z``, or the data of a linear mixed model);
@@ -356,11 +365,13 @@ class MixedKernel:
             )
         self._factored = cur.factored
         coef = self.draw_coef(cur, rng)
+        n_indep = n_moves - n_walk
         return (
             coef,
             cur.h,
             accept / n_moves if n_moves else 1.0,
             walk_accept / n_walk if n_walk else 1.0,
+            (accept - walk_accept) / n_indep if n_indep else float("nan"),
         )
 
 

@@ -221,7 +221,7 @@ class StudentTKernel(AugmentedKernel):
         fam = self.family(state.h)
         lam = self.draw_precisions(state.coef, fam, rng)
         block, directions = self._moves(proposal, free, params, state.h.shape[0])
-        coef, h, accept, walk_accept = self.block_given_weights(
+        coef, h, accept, walk_accept, _ = self.block_given_weights(
             state.h, lam, self.data_given(lam), rng, block
         )
         if params.size:

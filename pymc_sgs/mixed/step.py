@@ -47,6 +47,19 @@ HYPER_MOVES = 2
 #: scale of the independence proposal (a multivariate t_4) relative to the covariance
 #: factor of the fit
 INDEP_SCALE = 1.2
+#: linear mixed models: a chain whose independence moves were accepted with mean
+#: probability at least INDEP_ONLY_ACCEPT over its tuning draws since the shape's last refit
+#: (at least INDEP_WINDOW of them) drops the random-walk move after tuning. It makes
+#: independence moves only: one per iteration when a factorization costs at least
+#: EXPENSIVE_FACTOR multiply-adds (MixedPrecision.factor_cost), else two. With the shape
+#: frozen, the kernel after tuning is a fixed Metropolis-Hastings kernel either way. In the
+#: hyperparameters' chain at fixed shape (2,000 iterations; benchmarks/results/mixed_moves.md):
+#: lme4 InstEval (acceptance 0.63, a factorization 25 ms) min ESS per factorization 0.24 ->
+#: 0.39 with one move; sleepstudy (0.69, the per-draw overhead dominates) min ESS per
+#: iteration 0.55 -> 0.82 with two
+INDEP_ONLY_ACCEPT = 0.5
+INDEP_WINDOW = 20
+EXPENSIVE_FACTOR = 1e7
 #: mean acceptance (hyperparameter or coefficient moves) over the first HEALTH_CHECK_DRAW
 #: draws after tuning below which the step warns that it barely moves
 ACCEPT_WARN = 0.05
@@ -87,6 +100,7 @@ class MixedSplitGibbsState(StepMethodState):
     shape: Any
     augmented: Any
     local_moves: Any
+    hyper_moves: Any
 
 
 class MixedSplitGibbs(BaseSplitGibbs):
@@ -293,6 +307,9 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.augmented = False
         # autoregressive coefficient moves per iteration (Laplace kernel), set by the probe
         self.local_moves = LOCAL_MOVES
+        # h-moves per iteration and whether every other one is a random walk (decided at
+        # the end of tuning for a linear mixed model)
+        self.hyper_moves = (HYPER_MOVES, True)
 
     @property
     def pg_kernel(self) -> PolyaGammaKernel:
@@ -326,7 +343,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
             centre=centre if K else None,
             indep_chol=INDEP_SCALE * chol if K else None,
             df=4.0,
-            moves=HYPER_MOVES,
+            moves=self.hyper_moves[0],
+            walk=self.hyper_moves[1],
         )
 
     def _start(self) -> MixedState:
@@ -372,8 +390,13 @@ class MixedSplitGibbs(BaseSplitGibbs):
             self.walk_log_scale += (info.walk_accept - WALK_TARGET) / np.sqrt(t)
             if self.problem.hyper_size:
                 self.h_draws.append(state.h)
+                fb = self.feedback
+                if self._exact_lmm() and np.isfinite(info.indep_accept):
+                    fb["indep_sum"] = fb.get("indep_sum", 0.0) + info.indep_accept
+                    fb["indep_n"] = fb.get("indep_n", 0) + 1
                 if refit_due(len(self.h_draws)):
                     self.shape = empirical_shape(self.h_draws) or self.shape
+                    fb["indep_sum"], fb["indep_n"] = 0.0, 0  # measured anew with the new shape
             if self.rho_check is not None:
                 self.rho_check.append(log_weight)
             if isinstance(kernel, LaplaceJointKernel) and t > PROBE_DRAWS // 2:
@@ -439,8 +462,24 @@ class MixedSplitGibbs(BaseSplitGibbs):
             self._check_rho_certificate(
                 origin=None, instead="or pass a smaller rho, or rho='auto' (exact moves, no split)"
             )
+        if self.tune and self._exact_lmm():
+            self.hyper_moves = self._moves_after_tuning()
         self.tune = False
         self.h_draws = []
+
+    def _exact_lmm(self) -> bool:
+        """Whether the chain runs the collapsed sampler of a linear mixed model."""
+        kernel = self._active_kernel()
+        return type(kernel) is MixedKernel and not kernel.split
+
+    def _moves_after_tuning(self):
+        """``(moves, walk)`` of the h-moves after tuning (see ``INDEP_ONLY_ACCEPT``)."""
+        fb = self.feedback
+        n = fb.get("indep_n", 0)
+        if n < INDEP_WINDOW or fb["indep_sum"] / n < INDEP_ONLY_ACCEPT:
+            return (HYPER_MOVES, True)
+        cost = self._active_kernel().precision.factor_cost()
+        return (1 if cost >= EXPENSIVE_FACTOR else 2, False)
 
 
 def has_mixed_terms(model, vars=None, rho="auto") -> bool:
