@@ -54,9 +54,9 @@ INDEP_SCALE = 1.2
 #: EXPENSIVE_FACTOR multiply-adds (MixedPrecision.factor_cost), else two. With the shape
 #: frozen, the kernel after tuning is a fixed Metropolis-Hastings kernel either way. In the
 #: hyperparameters' chain at fixed shape (2,000 iterations; benchmarks/results/mixed_moves.md):
-#: lme4 InstEval (acceptance 0.63, a factorization 25 ms) min ESS per factorization 0.24 ->
-#: 0.39 with one move; sleepstudy (0.69, the per-draw overhead dominates) min ESS per
-#: iteration 0.55 -> 0.82 with two
+#: lme4 InstEval (acceptance 0.61, a factorization 26 ms) min ESS per factorization 0.24 ->
+#: 0.47 with one move; sleepstudy (0.61, the per-draw overhead dominates) min ESS per
+#: iteration 0.52 -> 0.76 with two
 INDEP_ONLY_ACCEPT = 0.5
 INDEP_WINDOW = 20
 EXPENSIVE_FACTOR = 1e7
