@@ -197,6 +197,26 @@ def test_lmm_chains_keep_the_moves_their_tuning_chose(monkeypatch):
     assert step.hyper_moves == (1, False)
     step, _ = chosen(EXPENSIVE_FACTOR=1e7, INDEP_ONLY_ACCEPT=1.01)
     assert step.hyper_moves == (2, True)
+    # decided again at the refits from EARLY_MOVES_DRAW on, for the rest of tuning: the
+    # iteration's h-moves (sampler stat) fall to one there
+    monkeypatch.setattr(mixed_step, "EXPENSIVE_FACTOR", 0.0)
+    monkeypatch.setattr(mixed_step, "INDEP_ONLY_ACCEPT", 0.5)
+    with lmm("centred"):
+        idata = pm.sample(
+            step=pymc_sgs.SplitGibbs(),
+            draws=10,
+            tune=mixed_step.EARLY_MOVES_DRAW + 30,
+            chains=1,
+            cores=1,
+            random_seed=5,
+            progressbar=False,
+            compute_convergence_checks=False,
+            discard_tuned_samples=False,
+        )
+    moves = idata.warmup_sample_stats["hyper_moves"].values[0]
+    early = mixed_step.EARLY_MOVES_DRAW
+    assert np.all(moves[:early] == 2) and np.all(moves[early:] == 1)
+    assert np.all(idata.sample_stats["hyper_moves"].values == 1)
     # too few tuning draws since the last refit to judge: both kinds kept
     with lmm("centred"):
         step = pymc_sgs.SplitGibbs()

@@ -60,6 +60,9 @@ INDEP_SCALE = 1.2
 INDEP_ONLY_ACCEPT = 0.5
 INDEP_WINDOW = 20
 EXPENSIVE_FACTOR = 1e7
+#: ... and the same choice is made at the shape's refits from this tuning draw on, for the
+#: rest of tuning: on InstEval the two moves of tuning cost as much as the draws after it
+EARLY_MOVES_DRAW = 200
 #: mean acceptance (hyperparameter or coefficient moves) over the first HEALTH_CHECK_DRAW
 #: draws after tuning below which the step warns that it barely moves
 ACCEPT_WARN = 0.05
@@ -146,7 +149,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
     probabilities of the hyperparameter and the coefficient moves; 1 for the coefficients'
     exact Gibbs draws), ``local_accept`` (of the coefficients' autoregressive moves, GLMMs
     on the Laplace kernel; else nan), ``polya_gamma`` (whether the chain has changed over to the
-    Pólya-Gamma kernel).
+    Pólya-Gamma kernel), ``hyper_moves`` (the iteration's moves of the hyperparameters).
 
     The hyperparameters' mode and the inverse Hessian there (exact for a Normal
     likelihood, Laplace otherwise; :func:`pymc_sgs.mixed.laplace.hyper_mode`) are computed
@@ -165,6 +168,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
         "coef_accept": (np.float64, []),
         "local_accept": (np.float64, []),
         "polya_gamma": (bool, []),
+        "hyper_moves": (np.int64, []),
     }
 
     def _setup(
@@ -307,8 +311,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.augmented = False
         # autoregressive coefficient moves per iteration (Laplace kernel), set by the probe
         self.local_moves = LOCAL_MOVES
-        # h-moves per iteration and whether every other one is a random walk (decided at
-        # the end of tuning for a linear mixed model)
+        # h-moves per iteration and whether every other one is a random walk (a linear
+        # mixed model's chain chooses them in tuning: INDEP_ONLY_ACCEPT, EARLY_MOVES_DRAW)
         self.hyper_moves = (HYPER_MOVES, True)
 
     @property
@@ -367,6 +371,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
         if self.state is None:
             self.state = self._start()
         kernel = self._active_kernel()
+        n_hyper_moves = self.hyper_moves[0] if self.problem.hyper_size else 0
         if isinstance(kernel, LaplaceJointKernel):
             state, info = kernel.step(
                 self.state, self.rng, self._proposal(), COEF_MOVES, self.local_moves, LOCAL_RHO
@@ -387,7 +392,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
             # the walk's own acceptance: the independence moves' is higher, and averaging
             # both drove the walk towards acceptance 0.01 (contraception)
             t = self.feedback["tune_draws"] = self.feedback["tune_draws"] + 1
-            self.walk_log_scale += (info.walk_accept - WALK_TARGET) / np.sqrt(t)
+            if self.hyper_moves[1]:  # (a chain that has dropped the walk leaves its scale)
+                self.walk_log_scale += (info.walk_accept - WALK_TARGET) / np.sqrt(t)
             if self.problem.hyper_size:
                 self.h_draws.append(state.h)
                 fb = self.feedback
@@ -395,6 +401,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
                     fb["indep_sum"] = fb.get("indep_sum", 0.0) + info.indep_accept
                     fb["indep_n"] = fb.get("indep_n", 0) + 1
                 if refit_due(len(self.h_draws)):
+                    if len(self.h_draws) >= EARLY_MOVES_DRAW and self._exact_lmm():
+                        self.hyper_moves = self._chosen_moves() or self.hyper_moves
                     self.shape = empirical_shape(self.h_draws) or self.shape
                     fb["indep_sum"], fb["indep_n"] = 0.0, 0  # measured anew with the new shape
             if self.rho_check is not None:
@@ -425,6 +433,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
             "coef_accept": float(coef_acc),
             "local_accept": float(local_acc),
             "polya_gamma": bool(self.augmented),
+            "hyper_moves": int(n_hyper_moves),
         }
         return new, [stats]
 
@@ -463,7 +472,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
                 origin=None, instead="or pass a smaller rho, or rho='auto' (exact moves, no split)"
             )
         if self.tune and self._exact_lmm():
-            self.hyper_moves = self._moves_after_tuning()
+            self.hyper_moves = self._chosen_moves() or self.hyper_moves
         self.tune = False
         self.h_draws = []
 
@@ -472,11 +481,14 @@ class MixedSplitGibbs(BaseSplitGibbs):
         kernel = self._active_kernel()
         return type(kernel) is MixedKernel and not kernel.split
 
-    def _moves_after_tuning(self):
-        """``(moves, walk)`` of the h-moves after tuning (see ``INDEP_ONLY_ACCEPT``)."""
+    def _chosen_moves(self):
+        """``(moves, walk)`` of the h-moves from the independence moves' acceptance since
+        the shape's last refit (see ``INDEP_ONLY_ACCEPT``); None when too few draws tell."""
         fb = self.feedback
         n = fb.get("indep_n", 0)
-        if n < INDEP_WINDOW or fb["indep_sum"] / n < INDEP_ONLY_ACCEPT:
+        if n < INDEP_WINDOW:
+            return None
+        if fb["indep_sum"] / n < INDEP_ONLY_ACCEPT:
             return (HYPER_MOVES, True)
         cost = self._active_kernel().precision.factor_cost()
         return (1 if cost >= EXPENSIVE_FACTOR else 2, False)
