@@ -191,7 +191,8 @@ def run_scale_mixture(kernel_class, case, n_iter, seed):
     rng = np.random.default_rng(seed)
     out = np.empty((n_iter, 4))
     for i in range(n_iter):
-        state, _ = kernel.step(state, rng, prop)
+        state, info = kernel.step(state, rng, prop)
+        assert 0.0 <= info.indep_accept <= 1.0  # reported by the collapsed block
         sds = problem.hyper(state.h)[1]
         (k,) = problem.family_params(state.h).values()
         out[i] = sds[0], k, *state.coef

@@ -93,7 +93,9 @@ def run(kernel, n_iter, seed):
     state = kernel.init(mode.h, mode.coef)
     out = np.empty((n_iter, 3))
     for i in range(n_iter):
-        state, _ = kernel.step(state, rng, prop)
+        state, info = kernel.step(state, rng, prop)
+        # the acceptance of each kind of h-move is reported (what the step's tuning reads)
+        assert 0.0 <= info.indep_accept <= 1.0 and 0.0 <= info.walk_accept <= 1.0
         out[i] = np.exp(state.h[0]), *state.coef
     return out
 

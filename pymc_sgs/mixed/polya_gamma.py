@@ -121,7 +121,7 @@ class PolyaGammaKernel(AugmentedKernel):
     def step(self, state: MixedState, rng, proposal: HyperProposal):
         """One iteration: ``omega | c``, then ``(h, c) | omega`` as one block."""
         omega = self.draw_omega(state.coef, rng)
-        coef, h, accept, walk_accept, _ = self.block_given_weights(
+        coef, h, accept, walk_accept, indep_accept = self.block_given_weights(
             state.h, omega, self.data_given(omega), rng, proposal
         )
-        return MixedState(h, coef, None, None), MixedInfo(accept, walk_accept, 0.0, 0)
+        return MixedState(h, coef, None, None), MixedInfo(accept, walk_accept, 0.0, 0, indep_accept)

@@ -221,12 +221,12 @@ class StudentTKernel(AugmentedKernel):
         fam = self.family(state.h)
         lam = self.draw_precisions(state.coef, fam, rng)
         block, directions = self._moves(proposal, free, params, state.h.shape[0])
-        coef, h, accept, walk_accept, _ = self.block_given_weights(
+        coef, h, accept, walk_accept, indep_accept = self.block_given_weights(
             state.h, lam, self.data_given(lam), rng, block
         )
         if params.size:
             h = self.slice_parameters(h, coef, directions, rng)
-        return MixedState(h, coef, None, None), MixedInfo(accept, walk_accept, 0.0, 0)
+        return MixedState(h, coef, None, None), MixedInfo(accept, walk_accept, 0.0, 0, indep_accept)
 
     def _moves(self, proposal: HyperProposal, free, params, K):
         """``(block proposal, slice directions)`` from ``proposal``: its restriction to the
