@@ -56,8 +56,7 @@ def run_case(name, tune, iters, seed):
     import pymc as pm
 
     import pymc_sgs
-    from pymc_sgs.mixed.kernel import HyperProposal, MixedKernel
-    from pymc_sgs.mixed.step import INDEP_SCALE
+    from pymc_sgs.mixed.kernel import MixedKernel
 
     if case_info(name).get("glmm", True):
         raise SystemExit(f"{name}: not a linear mixed model")
@@ -80,11 +79,10 @@ def run_case(name, tune, iters, seed):
     kernel = step.kernel
     assert type(kernel) is MixedKernel and not kernel.split
     K = step.problem.hyper_size
-    centre, chol = step.shape
-    walk = 2.38 / np.sqrt(K) * np.exp(step.walk_log_scale) * chol
+    tuned = step._proposal()  # the chain's frozen shape and walk scale
     rows = []
     for label, (moves, walk_on) in PATTERNS.items():
-        prop = HyperProposal(walk, centre, INDEP_SCALE * chol, 4.0, moves, walk_on)
+        prop = tuned._replace(moves=moves, walk=walk_on)
         rng = np.random.default_rng(seed)
         state = step.state
         kernel._factored = None

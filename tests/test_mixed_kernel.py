@@ -364,7 +364,7 @@ def test_independence_only_proposal():
     h = np.array([-0.5, -1.0, -0.7, -0.3])
     C4 = 0.2 * np.eye(4)
     data = kernel.data_part(None)
-    for walk, n_walk_finite in ((True, True), (False, False)):
+    for walk in (True, False):
         prop = HyperProposal(C4, h, C4, 4.0, moves=2, walk=walk)
         *_, accept, walk_accept, indep_accept = kernel.collapsed_block(
             h, data, kernel.factorize(h), np.random.default_rng(4), prop

@@ -173,7 +173,7 @@ def test_lmm_chains_keep_the_moves_their_tuning_chose(monkeypatch):
     decides from its own tuning (the decision is part of the chain's state)."""
     import pymc_sgs.mixed.step as mixed_step
 
-    def chosen(**patch):
+    def sample(tune=2 * FIRST_REFIT + mixed_step.INDEP_WINDOW, chains=2, **patch):
         for name, value in patch.items():
             monkeypatch.setattr(mixed_step, name, value)
         with lmm("centred"):
@@ -181,55 +181,32 @@ def test_lmm_chains_keep_the_moves_their_tuning_chose(monkeypatch):
             idata = pm.sample(
                 step=step,
                 draws=20,
-                tune=2 * FIRST_REFIT + mixed_step.INDEP_WINDOW,
-                chains=2,
+                tune=tune,
+                chains=chains,
                 cores=1,
                 random_seed=5,
                 progressbar=False,
                 compute_convergence_checks=False,
+                discard_tuned_samples=False,
             )
         return step, idata
 
-    step, idata = chosen()
+    step, idata = sample()
     assert step.hyper_moves == (2, False)  # the last chain's; a cheap 15 x 15 factorization
     assert float(idata.sample_stats["hyper_accept"].mean()) >= 0.5
-    step, _ = chosen(EXPENSIVE_FACTOR=0.0)
+    step, _ = sample(EXPENSIVE_FACTOR=0.0)
     assert step.hyper_moves == (1, False)
-    step, _ = chosen(EXPENSIVE_FACTOR=1e7, INDEP_ONLY_ACCEPT=1.01)
+    step, _ = sample(EXPENSIVE_FACTOR=1e7, INDEP_ONLY_ACCEPT=1.01)
     assert step.hyper_moves == (2, True)
     # decided again at the refits from EARLY_MOVES_DRAW on, for the rest of tuning: the
     # iteration's h-moves (sampler stat) fall to one there
-    monkeypatch.setattr(mixed_step, "EXPENSIVE_FACTOR", 0.0)
-    monkeypatch.setattr(mixed_step, "INDEP_ONLY_ACCEPT", 0.5)
-    with lmm("centred"):
-        idata = pm.sample(
-            step=pymc_sgs.SplitGibbs(),
-            draws=10,
-            tune=mixed_step.EARLY_MOVES_DRAW + 30,
-            chains=1,
-            cores=1,
-            random_seed=5,
-            progressbar=False,
-            compute_convergence_checks=False,
-            discard_tuned_samples=False,
-        )
-    moves = idata.warmup_sample_stats["hyper_moves"].values[0]
     early = mixed_step.EARLY_MOVES_DRAW
+    _, idata = sample(early + 30, chains=1, EXPENSIVE_FACTOR=0.0, INDEP_ONLY_ACCEPT=0.5)
+    moves = idata.warmup_sample_stats["hyper_moves"].values[0]
     assert np.all(moves[:early] == 2) and np.all(moves[early:] == 1)
     assert np.all(idata.sample_stats["hyper_moves"].values == 1)
     # too few tuning draws since the last refit to judge: both kinds kept
-    with lmm("centred"):
-        step = pymc_sgs.SplitGibbs()
-        pm.sample(
-            step=step,
-            draws=5,
-            tune=FIRST_REFIT + 5,
-            chains=1,
-            cores=1,
-            random_seed=5,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
+    step, _ = sample(FIRST_REFIT + 5, chains=1)
     assert step.hyper_moves == (2, True)
 
 

@@ -336,7 +336,8 @@ class MixedKernel:
     def collapsed_block(self, h, data, factored, rng, proposal: HyperProposal):
         """``h | data`` by Metropolis-Hastings with the coefficients integrated out, then
         ``c | h, data`` exactly: ``(coef, h, mean acceptance, mean walk acceptance, mean
-        independence acceptance)`` (nan for a kind of move not made).
+        independence acceptance)``; with no walk moves their mean is 1, with no
+        independence moves theirs is nan.
 
         ``data`` is :meth:`data_part`'s ``(A^T W r, r^T W r)`` for the Gaussian linear model
         the coefficients are in (given ``z``, or the data of a linear mixed model);

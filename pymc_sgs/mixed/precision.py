@@ -402,28 +402,35 @@ class MixedPrecision:
             # dense (L k) x p matrix filled by bincounts
             self._common_only = R.size == problem.p
             self._dense_BR = B.size * R.size**2 <= DENSE_BR
-            if not self._common_only:
+            # a sparse coupling's Gram pieces by the compiled loop (else SciPy's products)
+            self._gram_loop = (
+                not self._common_only and not self._dense_BR and schur_engine == "numba"
+            )
+            if self._gram_loop:
+                A_csr = self.A
+                if not (sp.issparse(A_csr) and A_csr.format == "csr" and A_csr.has_sorted_indices):
+                    A_csr = sp.csr_matrix(self.A, copy=True)  # sorted without touching A
+                    A_csr.sort_indices()
+                self._A_csr = A_csr
+                # the pattern of A_B^T W A_R from A's structure (a product of the values
+                # would drop the entries that cancel or are zero, e.g. a slope at x = 0)
+                ones = sp.csr_matrix(
+                    (np.ones(A_csr.nnz), A_csr.indices, A_csr.indptr), shape=A_csr.shape
+                )
+                pattern = sp.csr_matrix(ones[:, B].T @ ones[:, R])
+                pattern.sort_indices()
+                self._br_pattern = (pattern.indptr, pattern.indices, pattern.shape)
+                # where each column of A goes: 1 for the block-diagonal part, and its
+                # position there or in R
+                where = np.zeros(self.dim, dtype=np.int8)
+                where[B] = 1
+                at = np.empty(self.dim, dtype=np.int64)
+                at[B] = np.arange(B.size)
+                at[R] = np.arange(R.size)
+                self._gram_maps = (where, at)
+            elif not self._common_only:
                 self._AB_T = sp.csr_matrix(self.A[:, B].T)
                 self._AR = sp.csr_matrix(self.A[:, R])
-                if not self._dense_BR and schur_engine == "numba":
-                    self._A_csr = A_csr = sp.csr_matrix(self.A, copy=True)
-                    A_csr.sort_indices()
-                    # the pattern of A_B^T W A_R from A's structure (a product of the values
-                    # would drop the entries that cancel or are zero, e.g. a slope at x = 0)
-                    ones = sp.csr_matrix(
-                        (np.ones(A_csr.nnz), A_csr.indices, A_csr.indptr), shape=A_csr.shape
-                    )
-                    pattern = sp.csr_matrix(ones[:, B].T @ ones[:, R])
-                    pattern.sort_indices()
-                    self._br_pattern = (pattern.indptr, pattern.indices, pattern.shape)
-                    # where each column of A goes: 1 for the block-diagonal part, and its
-                    # position there or in R
-                    where = np.zeros(self.dim, dtype=np.int8)
-                    where[B] = 1
-                    at = np.empty(self.dim, dtype=np.int64)
-                    at[B] = np.arange(B.size)
-                    at[R] = np.arange(R.size)
-                    self._gram_maps = (where, at)
         else:
             G = sp.csc_matrix(self.A.T @ self.A)
             for pos in self.block_positions:
@@ -515,7 +522,7 @@ class MixedPrecision:
                         GBR[:, a, j] = np.bincount(t.index, t.values * WX[:, j], minlength=L)
                 self.GBR = GBR.reshape(L * k, problem.p)
                 self.GRR = X.T @ WX
-            elif not self._dense_BR and self.schur_engine == "numba":
+            elif self._gram_loop:
                 indptr, indices, shape = self._br_pattern
                 A = self._A_csr
                 br_data = np.empty(indices.size)
