@@ -277,6 +277,33 @@ def test_free_dispersion_moves_with_the_mixed_model():
             MixedSplitGibbs(rho=0.5)
 
 
+@pytest.mark.parametrize(
+    ("family", "link", "shown"),
+    [
+        ("bernoulli", "probit", "bernoulli(probit)"),
+        ("exponential", "log", "exponential(log)"),
+        ("negativebinomial", None, "negativebinomial(log, alpha sampled)"),
+    ],
+)
+def test_bambi_default_group_terms_take_the_mixed_step_for_every_family(family, link, shown):
+    """Bambi's default (non-centred) ``(1|g)`` of the families not sampled elsewhere in
+    these tests builds the mixed-model step, with the likelihood and link the model has."""
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    g, x, y = grouped_data(family="bernoulli" if family == "bernoulli" else "poisson")
+    if family == "exponential":
+        y = y + 0.5  # positive
+    df = pd.DataFrame({"y": y, "x": x, "g": pd.Categorical(g)})
+    bm = bmb.Model("y ~ x + (1|g)", df, family=family, **({"link": link} if link else {}))
+    bm.build()
+    with bm.backend.model:
+        step = pymc_sgs.SplitGibbs()
+    assert isinstance(step, MixedSplitGibbs)
+    assert f"mixed model: {shown}" in repr(step)
+    assert "terms=[1|g_offset[12]]" in repr(step)
+
+
 def test_options_that_do_not_apply_are_refused():
     with lmm("centred"):
         with pytest.raises(ValueError, match="exact=True is not available"):
