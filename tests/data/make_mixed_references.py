@@ -44,14 +44,14 @@ HERE = Path(__file__).resolve().parent
 # the cases (data preparation, formula, family) are shared with the tests that use the
 # references: tests/mixed_reference.py, importable from the repository root
 sys.path.insert(0, str(HERE.parents[1]))
-from tests.mixed_reference import MODELS  # noqa: E402
+from tests.mixed_reference import MODELS, model_options  # noqa: E402
 
 SUMMARY_FIELDS = ("mean", "sd", "mcse_mean", "mcse_sd", "ess_bulk", "ess_tail", "r_hat")
 
 
 def build_model(name: str) -> bmb.Model:
     spec = MODELS[name]
-    model = bmb.Model(spec["formula"], spec["data"](), family=spec["family"])
+    model = bmb.Model(spec["formula"], spec["data"](), family=spec["family"], **model_options(name))
     model.build()
     return model
 
@@ -158,6 +158,7 @@ def run(name: str, *, draws: int, tune: int, chains: int, cores: int) -> dict:
         "name": name,
         "formula": spec["formula"],
         "family": spec["family"],
+        "link": spec.get("link", "the family's default"),
         "bambi_settings": "defaults (default priors, noncentered=True)",
         "priors": str(model).split("Priors:", 1)[-1].strip(),
         "data_source": spec["source"],
