@@ -37,6 +37,7 @@ from .graph import (
     coef_labels,
     dependants,
     dist_name,
+    fixed_through,
     free_rvs_in,
     gaussian_prior,
     observed_data,
@@ -45,7 +46,13 @@ from .graph import (
     value_of,
 )
 from .problem import GaussianTerm, ParamSlice, SplitProblem, SplitTerm
-from .recognise import SUPPORTED, classify_observed, describe_likelihood, raise_known_unsupported
+from .recognise import (
+    SUPPORTED,
+    classify_observed,
+    describe_likelihood,
+    explain_missing_link,
+    raise_known_unsupported,
+)
 
 __all__ = ["DetectedModel", "UnsupportedModelError", "detect_split_problem"]
 
@@ -192,6 +199,9 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         for rv in unsupported:
             if free_rvs_in(rv.owner.inputs[2:], model):
                 raise_known_unsupported(rv, model)
+                reason = explain_missing_link(rv, model)
+                if reason is not None:
+                    raise UnsupportedModelError(reason)
         raise UnsupportedModelError(
             "no observed variable of the model is a GLM term SplitGibbs can sample "
             f"(found: {[(rv.name, describe_likelihood(rv, model)[0]) for rv in model.observed_RVs]}). "
@@ -202,12 +212,17 @@ def detect_split_problem(model=None, vars=None, *, split_gaussian=False, seed=0)
         deps = set(free_rvs_in(rv.owner.inputs[2:], model))
         if deps & theta_set:
             raise_known_unsupported(rv, model)
+            reason = explain_missing_link(rv, model)
+            if reason is not None:
+                raise UnsupportedModelError(reason)
             raise UnsupportedModelError(
                 f"observed variable {rv.name!r} has a {dist_name(rv)} likelihood, which "
                 f"SplitGibbs does not support. Supported: {SUPPORTED}. Sample this model with "
                 "NUTS, or rewrite the likelihood."
             )
 
+    for t in terms:
+        _fix_predictor_in_nuisance(t, model, theta_set)
     nuisance_rvs = free_rvs_in([g for t in terms for g in t.nuisance.values()], model)
     _check_nuisance(model, terms, theta_set, nuisance_rvs, vars)
     check_no_other_dependants(model, theta_rvs, terms)
@@ -460,6 +475,29 @@ def _nuisance_parameter(t, key, graph, model, init):
     if not (np.isfinite(flat[0]) and flat[0] > 0):
         raise ValueError(f"{where} must be positive and finite; received {flat[0]!r}.")
     return fn, names, float(flat[0])
+
+
+class _ValueDependsOnPredictor(Exception):
+    pass
+
+
+def _fix_predictor_in_nuisance(term, model, theta_set) -> None:
+    """Replace in ``term.nuisance`` the graphs that involve the coefficients but whose value
+    does not (Bambi's Gamma: shape ``mu**2 / sigma**2`` with ``sigma = mu / alpha**0.5``)
+    by the same graphs with the coefficients fixed (:func:`~pymc_sgs.graph.fixed_through`).
+    A graph whose value does depend on them, or that has no free variable of its own, is
+    left as it is, for :func:`_check_nuisance` to refuse."""
+    for key, graph in list(term.nuisance.items()):
+        deps = free_rvs_in([graph], model)
+        through = [r for r in deps if r in theta_set]
+        if not through or len(through) == len(deps):
+            continue
+        try:
+            term.nuisance[key] = fixed_through(
+                graph, through, deps, model, 0, _ValueDependsOnPredictor()
+            )
+        except _ValueDependsOnPredictor:
+            continue
 
 
 def _check_nuisance(model, terms, theta_set, nuisance_rvs, vars):

@@ -47,6 +47,8 @@ __all__ = [
     "user_theta_rvs",
     "dependants",
     "check_no_other_dependants",
+    "rebuild_graph",
+    "fixed_through",
 ]
 
 
@@ -382,3 +384,60 @@ def check_no_other_dependants(model, theta_rvs, terms):
                 f"the linear predictor of {t.rv.name!r} depends on {extra}, which SplitGibbs "
                 "does not own. Give SplitGibbs every coefficient of the predictor."
             )
+
+
+def rebuild_graph(var, memo):
+    """``var`` with the replacements in ``memo``, rebuilding only the nodes between them and
+    ``var``: the model's own random variables stay the same objects (clone_replace would
+    copy them). ``memo`` collects the rebuilt variables."""
+    if var in memo:
+        return memo[var]
+    node = var.owner
+    out = var
+    if node is not None:
+        inputs = [rebuild_graph(i, memo) for i in node.inputs]
+        if any(a is not b for a, b in zip(inputs, node.inputs)):
+            out = node.clone_with_new_inputs(inputs).outputs[node.outputs.index(var)]
+    memo[var] = out
+    return out
+
+
+def fixed_through(graph, through, deps, model, seed, refuse):
+    """``graph`` with the variables ``through`` fixed at the model's start, after checking
+    numerically that its value depends on none of them and is one value for all rows.
+
+    For a likelihood parameter whose graph involves the linear predictor though its value
+    does not: Bambi's Gamma passes ``sigma = mu / alpha**0.5``, whose shape
+    ``mu**2 / sigma**2`` is ``alpha``. ``deps`` are the graph's free variables, ``through``
+    those of them to fix; the values are checked at the model's start and at two random
+    moves of ``through`` (seeded by ``seed``), and ``refuse`` (an exception) is raised when
+    they differ.
+    """
+    ip = model.initial_point()
+    values = [model.rvs_to_values[r] for r in deps]
+    (g,) = model.replace_rvs_by_values([graph])
+    fn = pytensor.function(values, g, on_unused_input="ignore", mode=DETECT_MODE)
+    start = {v.name: np.asarray(ip[v.name]) for v in values}
+    rng = np.random.default_rng(seed)
+    base = np.ravel(np.asarray(fn(**start), dtype=float))
+    if base.size == 0 or not np.allclose(base, base[0], rtol=1e-9, atol=0.0):
+        raise refuse
+    moving = {model.rvs_to_values[r].name for r in through}
+    for _ in range(2):
+        moved = {
+            k: (v + rng.normal(0.0, 0.5, np.shape(v))).astype(v.dtype) if k in moving else v
+            for k, v in start.items()
+        }
+        with np.errstate(all="ignore"):
+            got = np.ravel(np.asarray(fn(**moved), dtype=float))
+        if not np.allclose(got, base[0], rtol=1e-9, atol=0.0):
+            raise refuse
+    if not through:
+        return graph
+    at_start = model.compile_fn(
+        through, inputs=model.value_vars, on_unused_input="ignore", point_fn=True
+    )(ip)
+    memo = {
+        r: pytensor.tensor.constant(np.asarray(v, dtype=r.dtype)) for r, v in zip(through, at_start)
+    }
+    return rebuild_graph(graph, memo)

@@ -179,6 +179,8 @@ class Recogniser:
     mean_from_p: bool = False
     #: appended to the message when a nuisance parameter depends on the coefficients
     nuisance_hint: str = ""
+    #: appended to the message when the mean is no supported link of a linear predictor
+    link_hint: str = ""
 
 
 #: the GLM likelihoods with an inverse link to find, in the order they are tried
@@ -195,6 +197,10 @@ RECOGNISERS = (
             " (pm.Gamma(mu=..., sigma=...) has shape mu^2 / sigma^2: write "
             "pm.Gamma('y', alpha=k, beta=k / pm.math.exp(eta)) with k data or a "
             "separate variable.)"
+        ),
+        link_hint=(
+            " Bambi's family='gamma' uses the inverse link (mu = 1/eta) unless told "
+            "otherwise: pass link='log' to bmb.Model, or sample this model with NUTS."
         ),
     ),
     Recogniser(ExponentialRV, {"log": ExponentialLog}, _exponential),
@@ -291,6 +297,34 @@ def raise_known_unsupported(rv, model):
         )
 
 
+def explain_missing_link(rv, model) -> str | None:
+    """The error message for a known GLM likelihood, depending on free variables, that was
+    not read as a GLM term because its mean is no supported link of a linear predictor; None
+    when it has one, or when the likelihood is none of :data:`RECOGNISERS`.
+
+    :func:`classify_observed` says so itself unless every free variable of the mean also
+    reaches a nuisance parameter, as in ``pm.Gamma(mu=mu, sigma=mu / k)`` (Bambi's gamma),
+    whose shape ``mu^2 / sigma^2`` holds the coefficients in its graph; it then takes the
+    variable for a likelihood with a fixed mean, and the model's error asks this.
+    """
+    rec = next((r for r in RECOGNISERS if isinstance(rv.owner.op, r.op)), None)
+    if rec is None:
+        return None
+    _, param, pname, _ = rec.read(rv.owner.inputs[2:])
+    free = set(model.free_RVs)
+    links = tuple(rec.families)
+    if any(find_inverse_link(param, LINKS[lk].ops, free) for lk in links):
+        return None
+    inv_names = " or ".join(LINKS[lk].inverse_name for lk in links)
+    how = " or ".join(LINKS[lk].how for lk in links)
+    return (
+        f"observed variable {rv.name!r}: its {dist_name(rv)} parameter {pname} is not a "
+        f"{'/'.join(links)}-link function of a linear predictor (no {inv_names} of the "
+        f"coefficients found in its graph). Write {how}. Supported: {SUPPORTED}."
+        + (rec.link_hint or f" Or sample this model with {NUTS}.")
+    )
+
+
 def _nuisance_free(graphs, model):
     return set(free_rvs_in(list(graphs), model)) if graphs else set()
 
@@ -359,6 +393,7 @@ def classify_observed(rv, model):
             f"observed variable {name!r}: its {dist} parameter {pname} is not a "
             f"{'/'.join(links)}-link function of a linear predictor (no {inv_names} of the "
             f"coefficients found in its graph). Write {how}. Supported: {SUPPORTED}."
+            + rec.link_hint
         )
     if len(found) > 1:
         raise UnsupportedModelError(

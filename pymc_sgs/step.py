@@ -303,6 +303,8 @@ class SplitGibbs(BaseSplitGibbs):
             )
         #: rho="auto" or "tuned": the split model's rho comes from bias_tol
         self.auto_rho = isinstance(rho, str) and rho in AUTO_RHO_CHOICES
+        #: how the user asked for a rho from bias_tol, in messages ('auto' or 'tuned')
+        self.rho_name = rho if self.auto_rho else "auto"
         #: rho=0: no split, the shift move samples the posterior itself (_direct_step);
         #: rho="auto" sets it below where the model allows
         self.direct = is_zero_rho(rho)
@@ -760,7 +762,7 @@ class SplitGibbs(BaseSplitGibbs):
             self.rho_check = []
             if untuned:
                 _warn_user(
-                    f"SplitGibbs: tune=0, so rho='auto' is rho={self._auto_rho_value:.4g} from "
+                    f"SplitGibbs: tune=0, so rho={self.rho_name!r} is rho={self._auto_rho_value:.4g} from "
                     "the Laplace approximation, unchecked against the chain's importance "
                     "weights, and there is no burn-in (the chain starts at a draw from the "
                     "Laplace approximation). Use tune=500 or more to check the bias "
@@ -773,7 +775,7 @@ class SplitGibbs(BaseSplitGibbs):
         if untuned:
             why = start.reason if start is not None else "not available for this model"
             _warn_user(
-                f"SplitGibbs: tune=0 with rho='auto' leaves rho at {AUTO_RHO_START}, "
+                f"SplitGibbs: tune=0 with rho={self.rho_name!r} leaves rho at {AUTO_RHO_START}, "
                 f"uncertified: the Laplace approximation that sets rho without tuning draws "
                 f"is unavailable ({why}). Use tune=500 or more, or pass a fixed rho.",
             )

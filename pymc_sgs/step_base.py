@@ -180,6 +180,8 @@ class BaseSplitGibbs(BlockedStep):
 
     #: draws after tuning at which the acceptance rates are checked
     HEALTH_CHECK_DRAW = 200
+    #: how the user asked for a rho from bias_tol, in messages (SplitGibbs also has 'tuned')
+    rho_name = "auto"
 
     @staticmethod
     def _fresh_feedback() -> dict:
@@ -260,21 +262,24 @@ class BaseSplitGibbs(BlockedStep):
         if self.tune and self.rho_tuner is not None:
             if self.rho_tuner.n_windows < 4:
                 _warn_user(
-                    f"SplitGibbs: rho='auto' adapted over only {self.rho_tuner.n_windows} "
+                    f"SplitGibbs: rho={self.rho_name!r} adapted over only "
+                    f"{self.rho_tuner.n_windows} "
                     "window(s) of tuning draws, too few to certify the bias; increase tune "
                     "(500 or more), or pass a fixed rho.",
                 )
             self.kernel.set_rho(self.rho_tuner.finish())
             self.log_weight, self.atz = float("nan"), None
         if self.tune and self.rho_check is not None:
-            self._check_rho_certificate()
+            self._check_rho_certificate(
+                origin=f"rho={self.rho_name!r}, from the Laplace approximation"
+            )
         if self.shift_move is not None:
             self.shift_move.freeze()
         self.tune = False
 
     def _check_rho_certificate(
         self,
-        origin: str | None = "rho='auto', from the Laplace approximation",
+        origin: str | None = None,
         instead: str = "or pass a smaller fixed rho (e.g. half)",
     ):
         """Warn when the tuning draws' weights say rho misses ``bias_tol``.

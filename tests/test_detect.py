@@ -13,7 +13,7 @@ import pandas as pd
 import pymc as pm
 import pytest
 
-from pymc_sgs import SplitGibbs, detect_split_problem
+from pymc_sgs import SplitGibbs, UnsupportedModelError, detect_split_problem
 
 N, D = 30, 3
 
@@ -374,6 +374,44 @@ def test_bambi_split_families(bambi_df, family, resp, fam_name, link, centered):
     mean, prec = bambi_prior(pm_model)
     np.testing.assert_allclose(p.prior_mean, mean)
     np.testing.assert_allclose(p.prior_precision, prec)
+
+
+def test_bambi_gamma_log_link_free_shape(bambi_df):
+    # Bambi writes pm.Gamma(mu=exp(eta), sigma=mu / alpha**0.5): the shape mu^2 / sigma^2 is
+    # alpha, though its graph holds the coefficients. It is read as the Gamma-log GLM with
+    # a free shape, whose value follows alpha alone
+    df = bambi_df.assign(gam=np.random.default_rng(8).gamma(4.0, np.exp(0.3 * bambi_df.x1) / 4))
+    bm = bambi_pymc_model(df, "gam ~ x1 + x2", "gamma", link="log")
+    pm_model = bm.backend.model
+    det = detect_split_problem(pm_model)
+    t = only_split(det.problem)
+    assert t.family.name == "gamma" and t.family.link == "log"
+    np.testing.assert_allclose(t.A, design(df), atol=1e-12)
+    np.testing.assert_array_equal(t.y, df.gam.to_numpy(float))
+    assert [name for name, _ in det.nuisance_vars] == ["alpha_log__"]
+    point = pm_model.initial_point()
+    for alpha in (0.5, 3.7, 40.0):
+        for coef in (-2.0, 0.0, 1.5):  # the coefficients do not change the shape
+            at = {**point, "alpha_log__": np.log(alpha), "Intercept": coef, "x1": -coef}
+            got = det.nuisance_values(at)[0]["shape"]
+            np.testing.assert_allclose(got, alpha, rtol=1e-12)
+
+
+def test_gamma_shape_that_follows_the_mean_is_still_refused():
+    # the negative control: pm.Gamma(mu=exp(eta), sigma=s) has shape exp(2 eta) / s^2, which
+    # does vary with the coefficients, so no value may be fixed
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=50)
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 1.0, shape=2)
+        s = pm.HalfNormal("s", 1.0)
+        pm.Gamma("y", mu=pm.math.exp(b[0] + b[1] * x), sigma=s, observed=rng.gamma(3.0, 1.0, 50))
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"shape of the Gamma likelihood of 'y' "
+            r"depends on the coefficient\(s\) \['b'\]",
+        ):
+            detect_split_problem()
 
 
 def test_bambi_binomial_with_categorical(bambi_df):

@@ -818,6 +818,34 @@ def test_bambi_cumulative_family_is_ordinal():
             SplitGibbs(rho=0.2)
 
 
+@pytest.mark.parametrize("formula", ["y ~ x", "y ~ x + (1|g)"])
+def test_bambi_gamma_default_inverse_link_names_the_link(formula):
+    # Bambi's family="gamma" is pm.Gamma(mu=1/eta, sigma=mu/alpha): the shape's graph holds
+    # the coefficients, so the term is not read as a GLM term; the error must still say
+    # that the link is what is unsupported, and how to get the log link
+    bmb = pytest.importorskip("bambi")
+    import pandas as pd
+
+    rng = np.random.default_rng(6)
+    df = pd.DataFrame({"x": rng.normal(size=40), "g": rng.choice(["a", "b", "c"], 40)})
+    df["y"] = rng.gamma(4.0, np.exp(0.3 * df["x"]) / 4.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = bmb.Model(formula, df, family="gamma")
+        m.build()
+        log_link = bmb.Model(formula, df, family="gamma", link="log")
+        log_link.build()
+    with m.backend.model:
+        with pytest.raises(
+            UnsupportedModelError,
+            match=r"'y': its Gamma parameter mean.*not a log-link function.*"
+            r"Bambi's family='gamma' uses the inverse link.*link='log'.*NUTS",
+        ):
+            SplitGibbs()
+    with log_link.backend.model:
+        SplitGibbs()  # the advice works
+
+
 def test_gp_lengthscale_is_not_called_a_coefficient(data):
     X, y, _ = data
     with pm.Model():

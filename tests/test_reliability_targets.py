@@ -71,7 +71,8 @@ def test_tune_zero_uses_the_laplace_rho_and_says_so():
         tuned = _sample(
             model, pymc_sgs.SplitGibbs(rho="tuned"), draws=1000, tune=500, chains=2, random_seed=3
         )
-        with pytest.warns(pymc_sgs.SamplerFeedbackWarning, match="tune=0"):
+        # the message names the rho the user asked for
+        with pytest.warns(pymc_sgs.SamplerFeedbackWarning, match="tune=0, so rho=.tuned. is"):
             untuned = pm.sample(
                 draws=1000,
                 tune=0,

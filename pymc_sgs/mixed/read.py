@@ -48,8 +48,10 @@ from ..graph import (
     ancestors,
     dist_name,
     find_outermost,
+    fixed_through,
     free_rvs_in,
     observed_data,
+    rebuild_graph,
     shape_of,
     value_of,
 )
@@ -127,7 +129,7 @@ def _hoist_scales(graphs, model):
     if not replace:
         return list(graphs)
     memo = dict(replace)
-    return [None if g is None else _rebuild(g, memo) for g in graphs]
+    return [None if g is None else rebuild_graph(g, memo) for g in graphs]
 
 
 def _const_int(var):
@@ -175,29 +177,13 @@ def _canonical_indexing(graphs, model):
     if not replace:
         return list(graphs)
     memo = dict(replace)
-    return [None if g is None else _rebuild(g, memo) for g in graphs]
+    return [None if g is None else rebuild_graph(g, memo) for g in graphs]
 
 
 def _normal_form(graphs, model):
     """``graphs`` with group terms in the forms the reading recognises (same values): one
     ``u[g]`` per group-coefficient matrix, then ``(tau * offset)[g]``."""
     return _hoist_scales(_canonical_indexing(graphs, model), model)
-
-
-def _rebuild(var, memo):
-    """``var`` with the replacements in ``memo``, rebuilding only the nodes between them and
-    ``var``: the model's own random variables stay the same objects (clone_replace would
-    copy them). ``memo`` collects the rebuilt variables."""
-    if var in memo:
-        return memo[var]
-    node = var.owner
-    out = var
-    if node is not None:
-        inputs = [_rebuild(i, memo) for i in node.inputs]
-        if any(a is not b for a, b in zip(inputs, node.inputs)):
-            out = node.clone_with_new_inputs(inputs).outputs[node.outputs.index(var)]
-    memo[var] = out
-    return out
 
 
 def group_hyperparameters(model, free_dispersion: bool = True) -> list:
@@ -713,44 +699,11 @@ def _family_parameters(term, obs, model, predictor_rvs=(), seed: int = 0):
         )
         if bad or not own:
             raise refuse
-        graph = _fixed_through(graph, through, deps, model, seed, refuse)
+        graph = fixed_through(graph, through, deps, model, seed, refuse)
         if int(np.prod(shape_of(graph))) != 1:
             graph = graph.ravel()[0]
         free_[key] = graph
     return fixed, free_
-
-
-def _fixed_through(graph, through, deps, model, seed, refuse):
-    """``graph`` with the variables ``through`` fixed at the model's start, after checking
-    numerically that its value depends on none of them and is one value for all rows."""
-    ip = model.initial_point()
-    values = [model.rvs_to_values[r] for r in deps]
-    (g,) = model.replace_rvs_by_values([graph])
-    fn = pytensor.function(values, g, on_unused_input="ignore", mode=DETECT_MODE)
-    start = {v.name: np.asarray(ip[v.name]) for v in values}
-    rng = np.random.default_rng(seed)
-    base = np.ravel(np.asarray(fn(**start), dtype=float))
-    if base.size == 0 or not np.allclose(base, base[0], rtol=1e-9, atol=0.0):
-        raise refuse
-    moving = {model.rvs_to_values[r].name for r in through}
-    for _ in range(2):
-        moved = {
-            k: (v + rng.normal(0.0, 0.5, np.shape(v))).astype(v.dtype) if k in moving else v
-            for k, v in start.items()
-        }
-        with np.errstate(all="ignore"):
-            got = np.ravel(np.asarray(fn(**moved), dtype=float))
-        if not np.allclose(got, base[0], rtol=1e-9, atol=0.0):
-            raise refuse
-    if not through:
-        return graph
-    at_start = model.compile_fn(
-        through, inputs=model.value_vars, on_unused_input="ignore", point_fn=True
-    )(ip)
-    memo = {
-        r: pytensor.tensor.constant(np.asarray(v, dtype=r.dtype)) for r, v in zip(through, at_start)
-    }
-    return _rebuild(graph, memo)
 
 
 def _parameter_function(hyper_rvs, free_params, model):
