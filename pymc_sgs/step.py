@@ -23,7 +23,7 @@ from .kernel import (
     validate_rho,
     validate_theta_solver,
 )
-from .mixed.step import MixedSplitGibbs, has_mixed_terms
+from .mixed.step import MixedSplitGibbs, has_mixed_terms, takes_student_t_glm
 from .nuisance import slice_sample
 from .propriety import check_proper
 from .rho import RhoTuner, pilot_rho, validate_bias_tol
@@ -258,7 +258,10 @@ class SplitGibbs(BaseSplitGibbs):
                 return CategoricalSplitGibbs(*args, **kwargs)
             vars_ = kwargs.get("vars", args[0] if args else None)
             rho = kwargs.get("rho", "auto")
-            if has_mixed_terms(pm.modelcontext(kwargs.get("model")), vars_, rho=rho):
+            model = pm.modelcontext(kwargs.get("model"))
+            if has_mixed_terms(model, vars_, rho=rho) or takes_student_t_glm(
+                model, vars_, rho=rho, options=kwargs
+            ):
                 return MixedSplitGibbs(*args, **kwargs)
         return super().__new__(cls, *args, **kwargs)
 

@@ -8,6 +8,7 @@ import pymc as pm
 import pytest
 
 import pymc_sgs
+from pymc_sgs.mixed.step import MixedSplitGibbs
 
 from .dispersion_reference import COLUMNS, quine_model
 from .dispersion_reference import load_reference as load_quine_reference
@@ -145,9 +146,14 @@ def test_auto_rho_skips_the_split_where_rho0_applies():
     for kwargs in (dict(shift=False), dict(backend=cg)):
         step = pymc_sgs.SplitGibbs(model=model, **kwargs)
         assert not step.direct and step.auto_rho, kwargs
-    for likelihood in ("student_t", "quantile"):
-        m = _model_with(likelihood)
-        assert not pymc_sgs.SplitGibbs(model=m).direct
+    assert not pymc_sgs.SplitGibbs(model=_model_with("quantile")).direct
+    # a Student-t GLM is not log-concave: the mixed-model step's exact scale mixture takes it
+    # at the defaults, the split model (GLM path) with any other option
+    m = _model_with("student_t")
+    assert isinstance(pymc_sgs.SplitGibbs(model=m), MixedSplitGibbs)
+    for kwargs in (dict(rho="tuned"), dict(rho=0.3), dict(shift=False), dict(backend=cg)):
+        step = pymc_sgs.SplitGibbs(model=m, **kwargs)
+        assert not isinstance(step, MixedSplitGibbs) and not step.direct, kwargs
 
 
 def _model_with(likelihood):

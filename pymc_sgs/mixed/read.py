@@ -41,6 +41,7 @@ from pytensor.tensor.random.basic import MvNormalRV, NormalRV
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
 
+from ..families import StudentTIdentity
 from ..graph import (
     DETECT_MODE,
     NUTS,
@@ -58,7 +59,13 @@ from ..graph import (
 from ..recognise import classify_observed
 from .problem import CorrelatedTerms, GroupTerm, MixedProblem
 
-__all__ = ["MixedLayout", "MixedModel", "group_hyperparameters", "read_mixed_model"]
+__all__ = [
+    "MixedLayout",
+    "MixedModel",
+    "group_hyperparameters",
+    "read_mixed_model",
+    "student_t_glm_parameters",
+]
 
 #: families whose rows the mixed kernel splits (log-concave, exact z-sampler)
 _INDEX_OPS = (AdvancedSubtensor, AdvancedSubtensor1)
@@ -216,6 +223,31 @@ def group_hyperparameters(model, free_dispersion: bool = True) -> list:
                 continue  # not a group term this path reads; the GLM path says why
             found += [v for v in source.hyper_rvs if v not in found]
     return found
+
+
+def student_t_glm_parameters(model) -> list | None:
+    """The free ``sigma`` / ``nu`` variables of a Student-t GLM without group terms (empty
+    when both are fixed); None when ``model`` is not one.
+
+    The mixed-model step samples such a model exactly, through the scale mixture of normals
+    (:class:`~pymc_sgs.mixed.scale_mixture.StudentTKernel` with no group terms: the row
+    precisions, then the coefficients with ``sigma`` integrated out and ``sigma``, ``nu``
+    by slice updates), where the GLM path can only split its non-log-concave likelihood.
+    One observed ``StudentT`` with an identity link, no indexed coefficients.
+    """
+    if len(model.observed_RVs) != 1:
+        return None
+    (rv,) = model.observed_RVs
+    try:
+        term = classify_observed(rv, model)
+    except UnsupportedModelError:
+        return None
+    if term is None or term.kind != "split" or term.family is not StudentTIdentity:
+        return None
+    (eta,) = _normal_form([term.eta], model)
+    if _index_nodes(eta, model):
+        return None  # indexed coefficients: group terms (group_hyperparameters) or the GLM path
+    return free_rvs_in(list(term.nuisance.values()), model)
 
 
 def _likelihood_supported(term, model, free_dispersion: bool = True) -> bool:
@@ -765,7 +797,9 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
         )
     eta, mean_param = _normal_form([term.eta, term.param], model)
     group_vars = _index_nodes(eta, model)
-    if not group_vars:
+    # a Student-t GLM needs no group terms: the scale-mixture kernel samples it exactly
+    # (student_t_glm_parameters)
+    if not group_vars and term.family is not StudentTIdentity:
         raise UnsupportedModelError(
             f"observed variable {obs.name!r}: no group-specific term u[g] found in its linear "
             "predictor."

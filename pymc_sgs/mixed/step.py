@@ -37,7 +37,7 @@ from .polya_gamma import PolyaGammaKernel, polya_gamma_applies
 from .read import read_mixed_model
 from .scale_mixture import StudentTKernel, scale_mixture_applies
 
-__all__ = ["MixedSplitGibbs", "has_mixed_terms"]
+__all__ = ["MixedSplitGibbs", "has_mixed_terms", "takes_student_t_glm"]
 
 #: acceptance rate the random-walk h-moves are tuned towards (Roberts and Rosenthal, 2001)
 WALK_TARGET = 0.3
@@ -293,7 +293,15 @@ class MixedSplitGibbs(BaseSplitGibbs):
         p = self.problem
         fam = "Normal (exact)" if p.family is None else repr(p.family)
         if p.family_params is not None:
-            fam = f"{p.family.name}({p.family.link}, {', '.join(p.family.nuisance)} sampled)"
+            free = list(p.family_params(np.asarray(self.mode.h, dtype=float)))
+            fixed = [f"{k}={v:g}" for k, v in p.family.params.items() if k not in free]
+            fam = (
+                f"{p.family.name}({p.family.link}, {', '.join(free)} sampled"
+                + (f"; {', '.join(fixed)}" if fixed else "")
+                + ")"
+            )
+        if not p.terms:
+            return f"SplitGibbs(Student-t GLM, exact scale mixture: {fam}, n={p.n}, p={p.p})"
         terms = ", ".join(f"{t.name}[{t.n_levels}]" for t in p.terms)
         rho = f", rho={self.rho:.4g}" if self.split else ""
         return f"SplitGibbs(mixed model: {fam}, n={p.n}, p={p.p}, terms=[{terms}]{rho})"
@@ -492,6 +500,43 @@ class MixedSplitGibbs(BaseSplitGibbs):
             return (HYPER_MOVES, True)
         cost = self._active_kernel().precision.factor_cost()
         return (1 if cost >= EXPENSIVE_FACTOR else 2, False)
+
+
+#: SplitGibbs's keyword arguments at which a Student-t GLM takes the mixed-model step, with
+#: their default values (any other option keeps the GLM path, which implements it)
+_STUDENT_T_DEFAULTS = {
+    "exact": False,
+    "shift": True,
+    "init": "laplace",
+    "center": False,
+    "backend": None,
+    "_split_gaussian": False,
+}
+_STUDENT_T_FREE = ("vars", "rho", "bias_tol", "alpha", "log_weights", "model", "rng")
+
+
+def takes_student_t_glm(model, vars=None, rho="auto", options=None) -> bool:
+    """Whether ``SplitGibbs(**options)`` samples a Student-t GLM without group terms with
+    the mixed-model step's exact scale-mixture kernel.
+
+    Yes for ``rho="auto"`` with every variable owned (``vars`` None) and the other options at
+    their defaults: the GLM path could only split the likelihood, which is not log-concave,
+    so its rho-bias is large (sleepstudy's ``Reaction ~ Days`` as Bambi's t model: Intercept
+    sd 5.7 against 6.2, R-hat 1.05, min ESS 181 of 2000 draws), while the scale mixture is
+    exact (see :func:`pymc_sgs.mixed.read.student_t_glm_parameters`).
+    """
+    from .read import student_t_glm_parameters
+
+    options = dict(options or {})
+    if not (isinstance(rho, str) and rho == "auto") or vars is not None:
+        return False
+    for key, value in options.items():
+        if key in _STUDENT_T_FREE:
+            continue
+        default = _STUDENT_T_DEFAULTS.get(key, object())
+        if value is not default and value != default:
+            return False
+    return student_t_glm_parameters(model) is not None
 
 
 def has_mixed_terms(model, vars=None, rho="auto") -> bool:
