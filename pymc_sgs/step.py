@@ -15,6 +15,7 @@ from .backends import Backend, LocalBackend
 from .centering import center_problem
 from .detect import detect_split_problem
 from .detect_multinomial import has_categorical_likelihood
+from .graph import UnsupportedModelError
 from .kernel import (
     SGSInfo,
     SGSState,
@@ -259,10 +260,15 @@ class SplitGibbs(BaseSplitGibbs):
             vars_ = kwargs.get("vars", args[0] if args else None)
             rho = kwargs.get("rho", "auto")
             model = pm.modelcontext(kwargs.get("model"))
-            if has_mixed_terms(model, vars_, rho=rho) or takes_student_t_glm(
-                model, vars_, rho=rho, options=kwargs
-            ):
+            if has_mixed_terms(model, vars_, rho=rho):
                 return MixedSplitGibbs(*args, **kwargs)
+            if takes_student_t_glm(model, vars_, rho=rho, options=kwargs):
+                try:
+                    return MixedSplitGibbs(*args, **kwargs)
+                except UnsupportedModelError:
+                    # a prior the mixed-model reader does not take (Laplace, MvNormal, a
+                    # hierarchical scale, ...): the GLM path's split model samples it
+                    pass
         return super().__new__(cls, *args, **kwargs)
 
     def _setup(

@@ -2,8 +2,9 @@
 
 * Which step: ``SplitGibbs()`` on a Student-t GLM (PyMC's or Bambi's ``family="t"``, sigma
   and nu free or fixed) is the mixed-model step with no group terms; ``rho="tuned"``, a
-  fixed rho, ``vars`` or a non-default option keep the GLM path (the split model), and a
-  Student-t with group terms is the mixed model as before.
+  fixed rho, ``vars``, a non-default option or a prior the mixed-model reader refuses
+  (Laplace, a hierarchical scale) keep the GLM path (the split model), and a Student-t
+  with group terms is the mixed model as before.
 * The target: ``pm.sample`` with the default step against quadrature of the exact posterior
   of a one-coefficient t model with an outlier (sigma free, then nu free), within 4 MCSE.
   Negative control: the same run with row precisions drawn without the residuals (outliers
@@ -143,6 +144,18 @@ def test_which_step_samples_a_student_t_glm():
     ):
         step = pymc_sgs.SplitGibbs(model=m, **kwargs)
         assert not isinstance(step, MixedSplitGibbs), kwargs
+    # priors the mixed-model reader does not take keep the GLM path, which samples them
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(40, 2))
+    for prior in ("laplace", "hierarchical scale"):
+        with pm.Model():
+            if prior == "laplace":
+                b = pm.Laplace("b", 0.0, 1.0, shape=2)
+            else:
+                b = pm.Normal("b", 0.0, pm.HalfNormal("tau", 1.0), shape=2)
+            pm.StudentT("y", nu=4.0, mu=X @ b, sigma=1.0, observed=rng.standard_t(4, 40))
+            step = pymc_sgs.SplitGibbs()
+        assert not isinstance(step, MixedSplitGibbs), prior
 
 
 def test_bambi_t_family_takes_the_scale_mixture():
