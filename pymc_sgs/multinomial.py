@@ -531,10 +531,23 @@ class CategoricalSplitKernel:
     def laplace_start(self, theta, rng: np.random.Generator, max_iter: int = 50):
         """A draw from the Laplace approximation ``N(theta*, H^-1)`` of ``pi``, or None.
 
-        Damped Newton from ``theta`` on the convex negative log posterior; None
-        when it does not converge (e.g. a singular Hessian). Where a chain's
-        burn-in starts (as :func:`pymc_sgs.start.laplace_start` does for GLMs):
-        tuning draws are discarded, so it changes where burn-in starts, not the target.
+        Where a chain's burn-in starts (as :func:`pymc_sgs.start.laplace_start` does for
+        GLMs): tuning draws are discarded, so it changes where burn-in starts, not the target.
+        None when :meth:`laplace_fit` finds no mode.
+        """
+        fit = self.laplace_fit(theta, max_iter)
+        if fit is None:
+            return None
+        mode, L = fit
+        noise = scipy.linalg.solve_triangular(L, rng.standard_normal(self.d), lower=True, trans="T")
+        return mode + noise
+
+    def laplace_fit(self, theta, max_iter: int = 50):
+        """``(theta*, L)``: the posterior mode and the lower Cholesky factor of the Hessian
+        of ``-log pi`` there, or None.
+
+        Damped Newton from ``theta`` on the convex negative log posterior; None when it does
+        not converge (e.g. a singular Hessian).
         """
         th = np.array(theta, dtype=float)
         try:
@@ -544,10 +557,7 @@ class CategoricalSplitKernel:
                 step = scipy.linalg.cho_solve((L, True), g)
                 dec = float(g @ step)
                 if dec < 1e-10 * max(1.0, abs(f)):
-                    noise = scipy.linalg.solve_triangular(
-                        L, rng.standard_normal(self.d), lower=True, trans="T"
-                    )
-                    return th + noise
+                    return th, L
                 t = 1.0
                 while True:  # backtracking (Armijo) on the convex objective
                     f_new = self.neg_log_posterior(th - t * step, derivatives=False)

@@ -430,9 +430,9 @@ def _validate_scalar_rho(rho, where: str, tuned: bool = True) -> bool:
         )
     if is_zero_rho(rho):
         raise ValueError(
-            f"rho=0 (no split) applies to GLMs without group-specific terms and without a "
-            f"Categorical likelihood; received rho=0 {where}. Use rho='auto' (the default) or "
-            "a positive rho."
+            f"rho=0 (no split) applies to GLMs without group-specific terms and to Categorical "
+            f"likelihoods; received rho=0 {where}. Use rho='auto' (the default) or a positive "
+            "rho."
         )
     validate_rho(rho, 1)
     return False

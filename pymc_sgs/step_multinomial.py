@@ -8,6 +8,7 @@ on the design read by :func:`pymc_sgs.detect_multinomial.detect_categorical`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -17,10 +18,12 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_random_generator
 
 from .backends import LocalBackend
+from .categorical_direct import IndependenceMove
 from .detect_multinomial import detect_categorical
 from .kernel import validate_alpha
 from .multinomial import CategoricalSplitKernel, max_weight_classes
 from .rho import RhoTuner, validate_bias_tol
+from .shift import moves_for_acceptance
 from .step_base import (
     AUTO_RHO_START,
     BaseSplitGibbs,
@@ -29,9 +32,14 @@ from .step_base import (
     _validate_scalar_rho,
     _validate_weight_options,
     _validate_without_shift,
+    is_zero_rho,
 )
 
 __all__ = ["CategoricalSplitGibbs"]
+
+#: tuning draws (Gaussian proposals) before the independence moves per draw follow their
+#: acceptance (rho=0 / "auto" without a split)
+DIRECT_MOVES_WINDOW = 20
 
 
 @dataclass_state
@@ -42,13 +50,20 @@ class CategoricalSplitGibbsState(StepMethodState):
     feedback: Any
     tune: bool
     rho_tuner: Any
+    direct_moves: int
+    direct_accept: Any
+    direct_last: Any
 
 
 class CategoricalSplitGibbs(BaseSplitGibbs):
     """:class:`~pymc_sgs.SplitGibbs` for a ``pm.Categorical`` likelihood with softmax logits.
 
-    Built by ``SplitGibbs(...)`` itself; takes the same arguments. Supported:
-    ``rho`` (``"auto"`` or a scalar), ``alpha``, ``bias_tol``, ``exact`` and
+    Built by ``SplitGibbs(...)`` itself; takes the same arguments. ``rho="auto"`` (the
+    default) and ``rho=0`` make no split where the Laplace approximation of the posterior
+    exists: independence Metropolis-Hastings from it (:mod:`pymc_sgs.categorical_direct`;
+    stats ``shift_accept`` and ``shift_moves``, ``rho`` 0), exact. ``rho="tuned"`` (or
+    ``"auto"`` where Newton finds no mode) and a positive rho are the split model below.
+    Supported: ``rho`` (``"auto"``, ``"tuned"``, 0 or a scalar), ``alpha``, ``bias_tol``, ``exact`` and
     ``exact_sweeps`` (the Metropolis–Hastings correction to ``pi`` of
     :meth:`pymc_sgs.multinomial.CategoricalSplitKernel.exact_step`),
     ``log_weights``, ``vars``, ``model``, ``rng``, ``init`` (``"laplace"``,
@@ -61,7 +76,7 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
     ``dtype="float32"``, a non-default ``backend``, ``center=True`` and
     ``split_gaussian=True``.
 
-    ``rho="auto"`` is the rule of the GLM path (:class:`pymc_sgs.rho.RhoTuner`):
+    ``rho="tuned"`` is the rule of the GLM path (:class:`pymc_sgs.rho.RhoTuner`):
     the importance weights ``w = pi / pi_rho`` of the tuning draws are computed
     with a (K-1)-dimensional adaptive Gauss–Hermite rule per row
     (:func:`pymc_sgs.multinomial.smoothed_log_likelihood_rows`), which is
@@ -105,12 +120,15 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
     ):
         """The constructor proper (``SplitGibbs.__init__`` maps the public arguments here)."""
         where = "for a pm.Categorical (multinomial logit) likelihood"
-        if (isinstance(rho, str) and rho != "auto") or rho is None:
+        if (isinstance(rho, str) and rho not in ("auto", "tuned")) or rho is None:
             raise ValueError(
-                "rho must be 'auto' or a positive coupling such as rho=0.2 (in units of "
-                f"the logits); received {rho!r}."
+                "rho must be 'auto', 'tuned', 0 or a positive coupling such as rho=0.2 (in "
+                f"units of the logits); received {rho!r}."
             )
-        self.auto_rho = _validate_scalar_rho(rho, where)
+        # rho=0, and rho="auto" where the Laplace approximation exists: no split
+        # (pymc_sgs.categorical_direct); checked once the kernel is built
+        want_direct = is_zero_rho(rho) or (isinstance(rho, str) and rho == "auto")
+        self.auto_rho = True if want_direct else _validate_scalar_rho(rho, where)
         # the joint (theta, z) shift of pymc_sgs.shift is written for one-dimensional
         # potentials; this step has none, whatever ``shift`` says
         self.init = _validate_without_shift(
@@ -150,7 +168,28 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
         model = pm.modelcontext(model)
         self.detected = detect_categorical(model, vars)
         K = self.detected.n_classes
-        if log_weights and K > max_weight_classes():
+        det = self.detected
+        self.direct_move = None
+        if want_direct and not (exact and not is_zero_rho(rho)):
+            probe = CategoricalSplitKernel(
+                det.A, det.offset, det.y, K, det.prior_mean, det.prior_precision, 1.0
+            )
+            fit = probe.laplace_fit(self._theta_from_point(model.initial_point()))
+            if fit is not None:
+                self.direct_move = IndependenceMove(
+                    functools.partial(probe.neg_log_posterior, derivatives=False), *fit
+                )
+            elif is_zero_rho(rho):
+                raise ValueError(
+                    "rho=0 proposes from the Laplace approximation of the posterior, whose "
+                    "Newton search found no mode here (e.g. separated classes with flat "
+                    "priors). Use rho='tuned' (the split model) or proper priors."
+                )
+        self.direct = self.direct_move is not None
+        if self.direct:
+            exact = False  # the draws are exact already
+            self.auto_rho = False
+        if log_weights and K > max_weight_classes() and not self.direct:
             raise ValueError(
                 f"log_weights={log_weights!r}"
                 + (" (needed by rho='auto' and exact=True)" if self.auto_rho or exact else "")
@@ -168,8 +207,10 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
         self._data_fingerprints = _data_fingerprints(model)
         # detect_categorical builds its own design (a copy), which nothing else writes to
         self._check_data = True
-        start_rho = AUTO_RHO_START if self.auto_rho else float(np.asarray(rho, dtype=float))
-        det = self.detected
+        if self.direct:
+            start_rho = AUTO_RHO_START
+        else:
+            start_rho = AUTO_RHO_START if self.auto_rho else float(np.asarray(rho, dtype=float))
         self.kernel = CategoricalSplitKernel(
             det.A,
             det.offset,
@@ -190,6 +231,12 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
 
     def __repr__(self) -> str:
         det = self.detected
+        if self.direct:
+            return (
+                f"SplitGibbs(vars={det.value_var_names}, d={det.d}, categorical={det.name!r}, "
+                f"K={det.n_classes}, n={det.y.shape[0]}, rho=0 (no split: independence "
+                "Metropolis-Hastings from the Laplace approximation))"
+            )
         return (
             f"SplitGibbs(vars={det.value_var_names}, d={det.d}, categorical={det.name!r}, "
             f"K={det.n_classes}, n={det.y.shape[0]}, rho={self.kernel.rho:.4g}, "
@@ -209,6 +256,8 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
 
     def step(self, point):
         theta = self._theta_from_point(point)
+        if self.direct:
+            return self._direct_step(theta, point)
         if self.rho_tuner is not None and self.kernel.rho != self.rho_tuner.rho:
             # sequential chains restore the tuner; keep the kernel in step with it
             self.kernel.set_rho(self.rho_tuner.rho)
@@ -255,7 +304,44 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
             self._check_health(stats)
         return self._theta_to_point(theta, point), [stats]
 
+    def _direct_step(self, theta, point):
+        """``self.direct_moves`` independence moves (see :mod:`pymc_sgs.categorical_direct`);
+        during tuning the number of moves follows the Gaussian component's acceptance
+        (:func:`pymc_sgs.shift.moves_for_acceptance`), then it is fixed."""
+        move = self.direct_move
+        if self.direct_last is not None and np.array_equal(theta, self.direct_last[0]):
+            log_p = self.direct_last[1]
+        else:
+            log_p = move.log_target(theta)
+        total = 0.0
+        for _ in range(self.direct_moves):
+            theta, log_p, info = move.step(theta, log_p, self.rng)
+            total += info.accept_prob
+            if self.tune and not info.heavy:
+                self.direct_accept.append(info.accept_prob)
+        self.direct_last = (theta, log_p)
+        accept = total / self.direct_moves
+        if self.tune and len(self.direct_accept) >= DIRECT_MOVES_WINDOW:
+            self.direct_moves = moves_for_acceptance(float(np.mean(self.direct_accept)))
+        stats = {
+            "rho": 0.0,
+            "z_proposals": float("nan"),
+            "z_accept": float("nan"),
+            "log_weight": 0.0,
+            "exact_accept": float("nan"),
+            "shift_accept": float(accept),
+            "shift_moves": float(self.direct_moves),
+            "shift_beta": 0.0,
+            "swept": 0.0,
+        }
+        if not self.tune:
+            self._check_health(stats)
+        return self._theta_to_point(theta, point), [stats]
+
     def _reset_chain_state(self):
+        self.direct_moves = 1
+        self.direct_accept = []
+        self.direct_last = None
         self.z = None
         # no shift move and no Laplace rho here: the windowed tuner adapts rho on each chain
         self.shift_move = None

@@ -115,8 +115,10 @@ def sgs_and_nuts():
     kw = dict(chains=2, cores=1, random_seed=7, progressbar=False, compute_convergence_checks=False)
     with model:
         t0 = time.time()
-        sgs = pm.sample(step=pymc_sgs.SplitGibbs(), draws=1500, tune=600, **kw)
+        sgs = pm.sample(step=pymc_sgs.SplitGibbs(rho="tuned"), draws=1500, tune=600, **kw)
         t_sgs = time.time() - t0
+        # the default: no split (independence MH from the Laplace approximation)
+        direct = pm.sample(step=pymc_sgs.SplitGibbs(), draws=1500, tune=600, **kw)
         t0 = time.time()
         nuts = pm.sample(draws=1000, tune=500, **kw)
         t_nuts = time.time() - t0
@@ -124,13 +126,13 @@ def sgs_and_nuts():
     with wrong:
         nuts_wrong = pm.sample(draws=1000, tune=500, **kw)
     print(f"SplitGibbs {t_sgs:.1f} s, NUTS {t_nuts:.1f} s")
-    return sgs, nuts, nuts_wrong, t_sgs
+    return sgs, nuts, nuts_wrong, t_sgs, direct
 
 
 def test_splitgibbs_matches_nuts_on_multinomial_logit(sgs_and_nuts):
-    sgs, nuts, _, _ = sgs_and_nuts
+    sgs, nuts, _, _, _ = sgs_and_nuts
     rho = sgs.sample_stats["rho"].values
-    # rho='auto' certifies a bias below bias_tol = 0.1 posterior sd of any expectation
+    # rho='tuned' certifies a bias below bias_tol = 0.1 posterior sd of any expectation
     # tuned per chain, then frozen
     assert np.all(rho == rho[:, :1]) and np.all((0.02 < rho) & (rho < 0.5))
     worst = _agreement(sgs, nuts, slack_sd=0.1)
@@ -140,12 +142,27 @@ def test_splitgibbs_matches_nuts_on_multinomial_logit(sgs_and_nuts):
 
 def test_wrong_reference_class_is_detected_by_the_same_check(sgs_and_nuts):
     # negative control: NUTS on the model whose zero column is the last class, not the first
-    sgs, _, nuts_wrong, _ = sgs_and_nuts
+    sgs, _, nuts_wrong, _, direct = sgs_and_nuts
     assert _agreement(sgs, nuts_wrong, slack_sd=0.1) > 1.0
+    assert _agreement(direct, nuts_wrong, slack_sd=0.0) > 1.0
+
+
+def test_default_without_split_matches_nuts(sgs_and_nuts):
+    # exact draws: no rho-bias slack in the tolerance
+    _, nuts, _, _, direct = sgs_and_nuts
+    worst = _agreement(direct, nuts, slack_sd=0.0)
+    assert worst < 1.0, worst
+    ss = direct.sample_stats
+    assert np.all(ss["rho"].values == 0.0) and np.all(ss["log_weight"].values == 0.0)
+    assert np.all(np.isnan(ss["z_accept"].values)) and np.all(ss["swept"].values == 0.0)
+    acc = ss["shift_accept"].values
+    assert 0.5 < float(acc.mean()) <= 1.0
+    moves = ss["shift_moves"].values
+    assert np.all(moves == moves[:, :1]) and np.all((moves >= 1) & (moves <= 3))
 
 
 def test_categorical_sampler_stats(sgs_and_nuts):
-    sgs = sgs_and_nuts[0]
+    sgs = sgs_and_nuts[0]  # rho="tuned": the split model
     ss = sgs.sample_stats
     for key in ("rho", "z_proposals", "z_accept", "log_weight", "exact_accept"):
         assert key in ss, key
@@ -343,7 +360,9 @@ def test_weights_with_too_many_classes_raise_at_construction():
         B = pm.Normal("B", 0.0, 1.0, shape=(2, 9))
         pm.Categorical("y", logit_p=X @ B, observed=y)
         with pytest.raises(ValueError, match="at most 7 classes.*log_weights=False"):
-            pymc_sgs.SplitGibbs()
+            pymc_sgs.SplitGibbs(rho="tuned")
+        # the default makes no split here and needs no weights
+        assert pymc_sgs.SplitGibbs().direct
         step = pymc_sgs.SplitGibbs(rho=0.3, log_weights=False)
         assert step.detected.n_classes == 9
 

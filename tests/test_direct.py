@@ -202,9 +202,10 @@ def test_only_the_number_zero_means_no_split(rho):
         pymc_sgs.SplitGibbs(rho=rho, model=_model_with("poisson"))
 
 
-def test_rho0_is_refused_for_mixed_and_categorical_models():
-    """Those models have steps of their own (no shift move on the posterior): a clear refusal
-    saying which, instead of "rho must be positive"."""
+def test_rho0_is_refused_for_mixed_models_and_taken_by_categorical_ones():
+    """Mixed models have a step of their own (no shift move on the posterior): a clear
+    refusal saying which, instead of "rho must be positive". A Categorical likelihood's
+    rho=0 is the independence MH of pymc_sgs.categorical_direct."""
     rng = np.random.default_rng(2)
     g = rng.integers(0, 5, 100)
     x = rng.normal(size=100)
@@ -217,9 +218,10 @@ def test_rho0_is_refused_for_mixed_and_categorical_models():
         B = pm.Normal("B", 0.0, 1.0, shape=(2, 3))
         p = pm.math.softmax(pm.math.dot(np.column_stack([np.ones(100), x]), B), axis=-1)
         pm.Categorical("y", p=p, observed=rng.integers(0, 3, 100))
-    for model, where in ((mixed, "mixed model"), (categorical, "Categorical")):
-        with pytest.raises(ValueError, match=rf"rho=0 \(no split\) applies to .*for a.*{where}"):
-            pymc_sgs.SplitGibbs(rho=0, model=model)
+    with pytest.raises(ValueError, match=r"rho=0 \(no split\) applies to .*for a.*mixed model"):
+        pymc_sgs.SplitGibbs(rho=0, model=mixed)
+    step = pymc_sgs.SplitGibbs(rho=0, model=categorical)
+    assert step.direct and "rho=0 (no split" in repr(step)
 
 
 def _rare_events(n=120, seed=5):

@@ -1,0 +1,210 @@
+"""Multinomial logistic regression (``pm.Categorical``): SplitGibbs against PyMC NUTS and nutpie.
+
+Every sampler runs on the same model, each in a fresh ``spawn``-ed worker process (peak
+memory per sampler), 2 chains on 2 cores, the same tuning iterations and draws:
+
+* ``SGS``        ``pm.sample(step=pymc_sgs.SplitGibbs())``: the default, no split where the
+                 Laplace approximation exists (independence Metropolis-Hastings from it,
+                 :mod:`pymc_sgs.categorical_direct`);
+* ``SGS-tuned``  ``pm.sample(step=pymc_sgs.SplitGibbs(rho="tuned"))``: the split model, the
+                 default before;
+* ``NUTS``, ``nutpie``, ``nutpie-lr`` (``low_rank_modified_mass_matrix=True``).
+
+Cases (class 0 the reference, Normal(0, 2.5) priors on the other classes' coefficients):
+
+* ``three-class``: n = 1,000 rows, 3 predictors and an intercept, K = 3 (8 coefficients);
+* ``five-class``: n = 5,000 rows, 5 predictors and an intercept, K = 5 (24 coefficients).
+
+Columns: min bulk and tail ESS over every coefficient, wall time and its setup part (wall
+minus PyMC's ``sampling_time``), min ESS/s with and without setup and its ratio to the best
+NUTS variant's, max R-hat, peak memory.
+
+Usage::
+
+    python benchmarks/categorical.py --output benchmarks/results/categorical.md
+"""
+
+from __future__ import annotations
+
+import _script_env  # noqa: F401  (first: one thread per process, set before numpy loads)
+
+# isort: split
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import numpy as np
+from harness.report import env_info, fmt_sig
+from harness.runner import MemoryMonitor, cpu_seconds, pm_sample, run_job, seed_for
+
+SAMPLERS = ("SGS", "SGS-tuned", "NUTS", "nutpie", "nutpie-lr")
+NUTS_VARIANTS = ("NUTS", "nutpie", "nutpie-lr")
+CASES = {"three-class": (1000, 3, 3), "five-class": (5000, 5, 5)}
+
+
+def build_model(case: str):
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    n, p, K = CASES[case]
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(n, p))
+    B_true = rng.normal(0.0, 0.7, size=(p, K - 1))
+    b_true = rng.normal(0.0, 0.5, size=K - 1)
+    logits = np.column_stack([np.zeros(n), X @ B_true + b_true])
+    prob = np.exp(logits - logits.max(axis=1, keepdims=True))
+    prob /= prob.sum(axis=1, keepdims=True)
+    y = np.array([rng.choice(K, p=row) for row in prob])
+    with pm.Model() as model:
+        B = pm.Normal("B", 0.0, 2.5, shape=(p, K - 1))
+        b = pm.Normal("b", 0.0, 2.5, shape=K - 1)
+        eta = pt.concatenate([pt.zeros((n, 1)), pt.dot(X, B) + b], axis=1)
+        pm.Categorical("y", p=pm.math.softmax(eta, axis=-1), observed=y)
+    return model
+
+
+def _worker(job, queue):
+    os.setpgrp()
+    try:
+        import logging
+
+        warnings.filterwarnings("ignore")
+        logging.getLogger("pymc").setLevel(logging.ERROR)
+        import arviz as az
+        import pymc  # noqa: F401  (imports are not setup)
+
+        import pymc_sgs  # noqa: F401
+
+        az.Numba.disable_numba()  # arviz 0.23.4's numba ess path breaks on numpy 2.4
+        mon = MemoryMonitor()
+        mon.start()
+        cpu0 = cpu_seconds()
+        t0 = time.perf_counter()
+        model = build_model(job["case"])
+        kw = dict(
+            draws=job["draws"],
+            tune=job["tune"],
+            chains=2,
+            cores=2,
+            random_seed=job["seed"],
+            progressbar=False,
+            compute_convergence_checks=False,
+            mp_ctx="fork",
+        )
+        idata = pm_sample(model, job["sampler"], kw)
+        wall = time.perf_counter() - t0
+        mon.stop()
+        post = idata.posterior[["B", "b"]]
+        ess = az.ess(post)
+        tail = az.ess(post, method="tail")
+        rhat = az.rhat(post)
+        queue.put(
+            dict(
+                job,
+                wall=wall,
+                cpu=cpu_seconds() - cpu0,
+                sampling_time=float(idata.posterior.attrs.get("sampling_time", np.nan)),
+                min_ess=float(min(ess[v].min() for v in ess.data_vars)),
+                min_tail=float(min(tail[v].min() for v in tail.data_vars)),
+                max_rhat=float(max(rhat[v].max() for v in rhat.data_vars)),
+                mem_peak_mb=mon.peak / 1024,
+            )
+        )
+    except Exception:  # noqa: BLE001
+        queue.put(dict(job, error=traceback.format_exc()))
+
+
+def table(results) -> list[str]:
+    lines = [
+        "| case | sampler | min ESS bulk (tail) | wall s (setup) | CPU s | min ESS/s (excl. "
+        "setup) | tail ESS/s (excl. setup) | ÷ best NUTS (excl. setup) | max R-hat | peak MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for case in dict.fromkeys(r["case"] for r in results):
+        runs = [r for r in results if r["case"] == case]
+        ok = [r for r in runs if "error" not in r and "timeout" not in r]
+        best = max(
+            (r["min_ess"] / r["wall"] for r in ok if r["sampler"] in NUTS_VARIANTS),
+            default=np.nan,
+        )
+        best_run = max(
+            (r["min_ess"] / r["sampling_time"] for r in ok if r["sampler"] in NUTS_VARIANTS),
+            default=np.nan,
+        )
+        for r in runs:
+            if r not in ok:
+                why = "timeout" if "timeout" in r else r["error"].strip().splitlines()[-1][:120]
+                lines.append(f"| {case} | {r['sampler']} | {why} |" + " |" * 7)
+                continue
+            run_s = r["sampling_time"]
+            e, e_run = r["min_ess"] / r["wall"], r["min_ess"] / run_s
+            lines.append(
+                f"| {case} | {r['sampler']} | {r['min_ess']:.0f} ({r['min_tail']:.0f}) "
+                f"| {r['wall']:.1f} ({r['wall'] - run_s:.1f}) | {r['cpu']:.0f} "
+                f"| {fmt_sig(e)} ({fmt_sig(e_run)}) "
+                f"| {fmt_sig(r['min_tail'] / r['wall'])} ({fmt_sig(r['min_tail'] / run_s)}) "
+                f"| {fmt_sig(e / best)} ({fmt_sig(e_run / best_run)}) "
+                f"| {r['max_rhat']:.3f} | {r['mem_peak_mb']:.0f} |"
+            )
+    return lines
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    p.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
+    p.add_argument("--draws", type=int, default=1000)
+    p.add_argument("--tune", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=2024)
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--output", type=Path, default=None)
+    args = p.parse_args(argv)
+    started = time.time()
+    results = []
+    for case in args.cases:
+        for s in args.samplers:
+            job = dict(
+                case=case,
+                sampler=s,
+                draws=args.draws,
+                tune=args.tune,
+                seed=seed_for(args.seed, case, s),
+            )
+            r = run_job(job, args.timeout, worker=_worker)
+            results.append(r)
+            print(
+                r if "error" in r else {k: r[k] for k in ("case", "sampler", "wall", "min_ess")},
+                flush=True,
+            )
+    versions, backend = env_info()
+    out = [
+        "# Multinomial logistic regression: SplitGibbs, PyMC NUTS and nutpie",
+        "",
+        f"- command: `python benchmarks/categorical.py {' '.join(sys.argv[1:])}`",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
+        f"- machine: {platform.machine()} {platform.system()}, nproc = {os.cpu_count()}; every "
+        f"sampler: 2 chains on 2 cores, {args.tune} tuning + {args.draws} kept draws per chain, "
+        "1 BLAS/OMP thread per process, each sampler in a fresh spawned process",
+        f"- versions: {versions}",
+        f"- backend: {backend}",
+        f"- runtime: {time.time() - started:.0f} s",
+        "",
+        *table(results),
+        "",
+        "Setup = wall time minus PyMC's `sampling_time`. ESS: ArviZ, over both chains, min over "
+        "every coefficient.",
+    ]
+    text = "\n".join(out) + "\n"
+    print(text)
+    if args.output:
+        args.output.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
