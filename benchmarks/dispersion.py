@@ -44,18 +44,13 @@ import _script_env  # noqa: F401  (first: one thread per process, set before num
 
 # isort: split
 import argparse
-import datetime
-import os
-import platform
-import sys
 import time
 import traceback
-import warnings
 from pathlib import Path
 
 import numpy as np
-from harness.report import env_info, fmt_sig
-from harness.runner import MemoryMonitor, cpu_seconds, pm_sample, run_job, seed_for
+from harness.pm_models import header, run_all, sample_in_worker
+from harness.report import fmt_sig
 
 SAMPLERS = ("SGS", "SGS-rho0", "SGS-tuned", "NUTS", "nutpie", "nutpie-lr")
 NUTS_VARIANTS = ("NUTS", "nutpie", "nutpie-lr")
@@ -102,36 +97,10 @@ def build_model(case: str):
 
 
 def _worker(job, queue):
-    os.setpgrp()
     try:
-        import logging
-
-        warnings.filterwarnings("ignore")
-        logging.getLogger("pymc").setLevel(logging.ERROR)
         import arviz as az
-        import pymc  # noqa: F401  (imports are not setup)
 
-        import pymc_sgs  # noqa: F401
-
-        az.Numba.disable_numba()  # arviz 0.23.4's numba ess path breaks on numpy 2.4
-        mon = MemoryMonitor()
-        mon.start()
-        cpu0 = cpu_seconds()
-        t0 = time.perf_counter()
-        model = build_model(job["case"])
-        kw = dict(
-            draws=job["draws"],
-            tune=job["tune"],
-            chains=2,
-            cores=2,
-            random_seed=job["seed"],
-            progressbar=False,
-            compute_convergence_checks=False,
-            mp_ctx="fork",
-        )
-        idata = pm_sample(model, job["sampler"], kw)
-        wall = time.perf_counter() - t0
-        mon.stop()
+        idata, costs = sample_in_worker(job, build_model)
         disp = list(DISPERSION.get(job["case"], ("alpha",)))
         post = idata.posterior[["b", *disp]]
         ess = az.ess(post)
@@ -141,9 +110,7 @@ def _worker(job, queue):
         queue.put(
             dict(
                 job,
-                wall=wall,
-                cpu=cpu_seconds() - cpu0,
-                sampling_time=float(idata.posterior.attrs.get("sampling_time", np.nan)),
+                **costs,
                 min_ess=float(min(ess[v].min() for v in ess.data_vars)),
                 min_tail=float(min(tail[v].min() for v in tail.data_vars)),
                 alpha_name=slowest,
@@ -152,8 +119,6 @@ def _worker(job, queue):
                 max_rhat=float(max(rhat[v].max() for v in rhat.data_vars)),
                 alpha_mean=float(post[slowest].mean()),
                 alpha_sd=float(post[slowest].std()),
-                mem_peak_mb=mon.peak / 1024,
-                mem_base_mb=mon.baseline / 1024,
             )
         )
     except Exception:  # noqa: BLE001
@@ -211,37 +176,14 @@ def main(argv=None):
     p.add_argument("--output", type=Path, default=None)
     args = p.parse_args(argv)
     started = time.time()
-    results = []
-    for case in args.cases:
-        for s in args.samplers:
-            job = dict(
-                case=case,
-                sampler=s,
-                draws=args.draws,
-                tune=args.tune,
-                seed=seed_for(args.seed, case, s),
-            )
-            r = run_job(job, args.timeout, worker=_worker)
-            results.append(r)
-            print(
-                r
-                if "error" in r
-                else {k: r[k] for k in ("case", "sampler", "wall", "min_ess", "alpha_ess")},
-                flush=True,
-            )
-    versions, backend = env_info()
+    results = run_all(args, _worker, shown=("case", "sampler", "wall", "min_ess", "alpha_ess"))
     out = [
-        "# GLMs with a free dispersion parameter: SplitGibbs, PyMC NUTS and nutpie",
-        "",
-        f"- command: `python benchmarks/dispersion.py {' '.join(sys.argv[1:])}`",
-        f"- date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
-        f"- machine: {platform.machine()} {platform.system()}, nproc = {os.cpu_count()}; every "
-        f"sampler: 2 chains on 2 cores, {args.tune} tuning + {args.draws} kept draws per chain, "
-        "1 BLAS/OMP thread per process, each sampler in a fresh spawned process",
-        f"- versions: {versions}",
-        f"- backend: {backend}",
-        f"- runtime: {time.time() - started:.0f} s",
-        "",
+        *header(
+            "GLMs with a free dispersion parameter: SplitGibbs, PyMC NUTS and nutpie",
+            "dispersion.py",
+            args,
+            started,
+        ),
         *table(results),
         "",
         "Setup = wall time minus PyMC's `sampling_time` (model compilation, nutpie's numba "
