@@ -29,17 +29,23 @@ from __future__ import annotations
 import _script_env  # noqa: F401  (first: one thread per process, set before numpy loads)
 
 # isort: split
-import argparse
 import time
 import traceback
-from pathlib import Path
 
 import numpy as np
-from harness.pm_models import header, run_all, sample_in_worker
+from harness.pm_models import (
+    best_nuts,
+    failure,
+    header,
+    parse_args,
+    run_all,
+    sample_in_worker,
+    split_runs,
+    write_report,
+)
 from harness.report import fmt_sig
 
 SAMPLERS = ("SGS", "SGS-tuned", "NUTS", "nutpie", "nutpie-lr")
-NUTS_VARIANTS = ("NUTS", "nutpie", "nutpie-lr")
 CASES = {"three-class": (1000, 3, 3), "five-class": (5000, 5, 5)}
 
 
@@ -93,20 +99,11 @@ def table(results) -> list[str]:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for case in dict.fromkeys(r["case"] for r in results):
-        runs = [r for r in results if r["case"] == case]
-        ok = [r for r in runs if "error" not in r and "timeout" not in r]
-        best = max(
-            (r["min_ess"] / r["wall"] for r in ok if r["sampler"] in NUTS_VARIANTS),
-            default=np.nan,
-        )
-        best_run = max(
-            (r["min_ess"] / r["sampling_time"] for r in ok if r["sampler"] in NUTS_VARIANTS),
-            default=np.nan,
-        )
+        runs, ok = split_runs(results, case)
+        best, best_run = best_nuts(ok, "min_ess")
         for r in runs:
             if r not in ok:
-                why = "timeout" if "timeout" in r else r["error"].strip().splitlines()[-1][:120]
-                lines.append(f"| {case} | {r['sampler']} | {why} |" + " |" * 7)
+                lines.append(f"| {case} | {r['sampler']} | {failure(r)} |" + " |" * 7)
                 continue
             run_s = r["sampling_time"]
             e, e_run = r["min_ess"] / r["wall"], r["min_ess"] / run_s
@@ -122,15 +119,7 @@ def table(results) -> list[str]:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
-    p.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
-    p.add_argument("--draws", type=int, default=1000)
-    p.add_argument("--tune", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=2024)
-    p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--output", type=Path, default=None)
-    args = p.parse_args(argv)
+    args = parse_args(__doc__, CASES, SAMPLERS, argv)
     started = time.time()
     results = run_all(args, _worker, shown=("case", "sampler", "wall", "min_ess"))
     out = [
@@ -145,10 +134,7 @@ def main(argv=None):
         "Setup = wall time minus PyMC's `sampling_time`. ESS: ArviZ, over both chains, min over "
         "every coefficient.",
     ]
-    text = "\n".join(out) + "\n"
-    print(text)
-    if args.output:
-        args.output.write_text(text)
+    write_report(out, args)
 
 
 if __name__ == "__main__":

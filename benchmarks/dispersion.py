@@ -43,17 +43,23 @@ from __future__ import annotations
 import _script_env  # noqa: F401  (first: one thread per process, set before numpy loads)
 
 # isort: split
-import argparse
 import time
 import traceback
-from pathlib import Path
 
 import numpy as np
-from harness.pm_models import header, run_all, sample_in_worker
+from harness.pm_models import (
+    best_nuts,
+    failure,
+    header,
+    parse_args,
+    run_all,
+    sample_in_worker,
+    split_runs,
+    write_report,
+)
 from harness.report import fmt_sig
 
 SAMPLERS = ("SGS", "SGS-rho0", "SGS-tuned", "NUTS", "nutpie", "nutpie-lr")
-NUTS_VARIANTS = ("NUTS", "nutpie", "nutpie-lr")
 CASES = ("quine", "negbin", "gamma", "robust")
 #: the dispersion parameters of each case (their smallest ESS is reported)
 DISPERSION = {"robust": ("sigma", "nu")}
@@ -133,22 +139,13 @@ def table(results) -> list[str]:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for case in dict.fromkeys(r["case"] for r in results):
-        runs = [r for r in results if r["case"] == case]
-        ok = [r for r in runs if "error" not in r and "timeout" not in r]
+        runs, ok = split_runs(results, case)
         for r in ok:
             r["run_s"] = r["sampling_time"]
-        best = max(
-            (r["alpha_ess"] / r["wall"] for r in ok if r["sampler"] in NUTS_VARIANTS),
-            default=np.nan,
-        )
-        best_run = max(
-            (r["alpha_ess"] / r["run_s"] for r in ok if r["sampler"] in NUTS_VARIANTS),
-            default=np.nan,
-        )
+        best, best_run = best_nuts(ok, "alpha_ess")
         for r in runs:
             if r not in ok:
-                why = "timeout" if "timeout" in r else r["error"].strip().splitlines()[-1][:120]
-                lines.append(f"| {case} | {r['sampler']} | {why} |" + " |" * 10)
+                lines.append(f"| {case} | {r['sampler']} | {failure(r)} |" + " |" * 10)
                 continue
             a, a_run = r["alpha_ess"] / r["wall"], r["alpha_ess"] / r["run_s"]
             lines.append(
@@ -166,15 +163,7 @@ def table(results) -> list[str]:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
-    p.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
-    p.add_argument("--draws", type=int, default=1000)
-    p.add_argument("--tune", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=2024)
-    p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--output", type=Path, default=None)
-    args = p.parse_args(argv)
+    args = parse_args(__doc__, CASES, SAMPLERS, argv)
     started = time.time()
     results = run_all(args, _worker, shown=("case", "sampler", "wall", "min_ess", "alpha_ess"))
     out = [
@@ -189,10 +178,7 @@ def main(argv=None):
         "Setup = wall time minus PyMC's `sampling_time` (model compilation, nutpie's numba "
         "compile, SplitGibbs's detection and Laplace start). ESS: ArviZ, over both chains.",
     ]
-    text = "\n".join(out) + "\n"
-    print(text)
-    if args.output:
-        args.output.write_text(text)
+    write_report(out, args)
 
 
 if __name__ == "__main__":

@@ -9,17 +9,19 @@ the report's preamble.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
 from .report import env_info
-from .runner import MemoryMonitor, cpu_seconds, pm_sample, run_job, seed_for
+from .runner import NUTS_VARIANTS, MemoryMonitor, cpu_seconds, pm_sample, run_job, seed_for
 
 
 def sample_in_worker(job: dict, build_model):
@@ -100,3 +102,44 @@ def header(title: str, script: str, args, started: float) -> list[str]:
         f"- runtime: {time.time() - started:.0f} s",
         "",
     ]
+
+
+def parse_args(doc: str, cases, samplers, argv=None):
+    """The scripts' command line: cases, samplers, draws, tune, seed, timeout, output."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=list(cases), choices=list(cases))
+    p.add_argument("--samplers", nargs="+", default=list(samplers), choices=list(samplers))
+    p.add_argument("--draws", type=int, default=1000)
+    p.add_argument("--tune", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=2024)
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--output", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def split_runs(results, case):
+    """``(runs, ok)``: the case's results, and those that finished."""
+    runs = [r for r in results if r["case"] == case]
+    return runs, [r for r in runs if "error" not in r and "timeout" not in r]
+
+
+def best_nuts(ok, key: str) -> tuple[float, float]:
+    """The best NUTS variant's ``r[key]`` per second, with setup and without."""
+    nuts = [r for r in ok if r["sampler"] in NUTS_VARIANTS]
+    return (
+        max((r[key] / r["wall"] for r in nuts), default=np.nan),
+        max((r[key] / r["sampling_time"] for r in nuts), default=np.nan),
+    )
+
+
+def failure(r) -> str:
+    """Why a job has no result, in a table cell."""
+    return "timeout" if "timeout" in r else r["error"].strip().splitlines()[-1][:120]
+
+
+def write_report(lines: list[str], args) -> None:
+    """Print the report and write it to ``args.output`` when given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.output:
+        args.output.write_text(text)
