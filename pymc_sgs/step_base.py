@@ -473,8 +473,9 @@ def _validate_weight_options(exact, exact_sweeps, log_weights, auto_rho: bool) -
         )
     if (auto_rho or exact) and not log_weights:
         raise ValueError(
-            "log_weights=False is incompatible with rho='auto' and exact=True, which need "
-            "the importance weights; received log_weights=False."
+            "log_weights=False is incompatible with a rho tuned to bias_tol (rho='tuned', or "
+            "'auto' where it splits) and exact=True, which need the importance weights; "
+            "received log_weights=False."
         )
     return weight_every
 

@@ -136,9 +136,6 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
         )
         self.alpha = validate_alpha(alpha)
         self.bias_tol = validate_bias_tol(bias_tol)
-        self.weight_every = _validate_weight_options(
-            exact, exact_sweeps, log_weights, self.auto_rho
-        )
         unsupported = [
             ("split_gaussian", split_gaussian, not split_gaussian, "split_gaussian=False"),
             (
@@ -189,6 +186,10 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
         if self.direct:
             exact = False  # the draws are exact already
             self.auto_rho = False
+        # without a split no importance weights are needed (they are checked for type only)
+        self.weight_every = _validate_weight_options(
+            exact, exact_sweeps, log_weights, self.auto_rho
+        )
         if log_weights and K > max_weight_classes() and not self.direct:
             raise ValueError(
                 f"log_weights={log_weights!r}"

@@ -96,3 +96,24 @@ def test_split_model_on_request(rho):
         )
         step = pymc_sgs.SplitGibbs(rho=rho)
     assert not step.direct and "no split" not in repr(step)
+
+
+def test_options_without_a_split():
+    # no importance weights are needed without a split: log_weights=False is accepted, and
+    # exact=True with rho=0 changes nothing; exact=True with rho="auto" keeps the split model
+    # with its correction
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 2))
+    with pm.Model():
+        B = pm.Normal("B", 0.0, 1.0, shape=(2, 2))
+        pm.Categorical(
+            "y",
+            logit_p=pm.math.concatenate([np.zeros((40, 1)), X @ B], axis=1),
+            observed=rng.integers(0, 3, 40),
+        )
+        assert pymc_sgs.SplitGibbs(log_weights=False).direct
+        assert pymc_sgs.SplitGibbs(rho=0, log_weights=False).direct
+        assert pymc_sgs.SplitGibbs(rho=0, exact=True).direct
+        assert not pymc_sgs.SplitGibbs(exact=True).direct
+        with pytest.raises(ValueError, match="log_weights"):
+            pymc_sgs.SplitGibbs(log_weights="no")

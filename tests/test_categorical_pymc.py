@@ -310,7 +310,7 @@ def test_other_likelihood_on_the_coefficients_is_rejected():
         (dict(rho=np.full(20, 0.3)), "rho must be 'auto' or a scalar"),
         (dict(rho=-1.0), "rho"),
         (dict(alpha=1.5), "alpha"),
-        (dict(rho="auto", log_weights=False), "log_weights=False is incompatible"),
+        (dict(rho="tuned", log_weights=False), "log_weights=False is incompatible"),
     ],
 )
 def test_unsupported_options_raise_at_construction(kwargs, match):
