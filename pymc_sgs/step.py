@@ -41,6 +41,7 @@ from .step_base import (  # noqa: F401 - SamplerFeedbackWarning and AUTO_RHO_STA
     _validate_sweep_every,
     _validate_weight_options,
     _warn_user,
+    check_weights_needed,
     is_zero_rho,
 )
 from .step_multinomial import CategoricalSplitGibbs
@@ -350,9 +351,8 @@ class SplitGibbs(BaseSplitGibbs):
         )
         self.split = split
         bias_tol = validate_bias_tol(bias_tol)
-        self.weight_every = _validate_weight_options(
-            exact, exact_sweeps, log_weights, self.auto_rho
-        )
+        # whether a tuned rho needs the weights is known once rho="auto" has chosen (below)
+        self.weight_every = _validate_weight_options(exact, exact_sweeps, log_weights, False)
         model = pm.modelcontext(model)
         self.detected = detect_split_problem(model, vars, split_gaussian=split_gaussian)
         self.free_rates = list(self.detected.free_rates)
@@ -429,6 +429,7 @@ class SplitGibbs(BaseSplitGibbs):
                 f"{self.detected.problem.d}, or a sparse design). Use rho='tuned' (the split "
                 "model), which samples this model."
             )
+        check_weights_needed(self.auto_rho, log_weights)
         # without a split the draws are exact already: exact=True asks for nothing more
         self.exact = bool(exact) and not self.direct
         self.exact_sweeps = int(exact_sweeps)

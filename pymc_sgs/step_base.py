@@ -471,13 +471,19 @@ def _validate_weight_options(exact, exact_sweeps, log_weights, auto_rho: bool) -
             "exact=True needs the importance weight of every draw; received "
             f"log_weights={log_weights!r}. Use log_weights=True."
         )
-    if (auto_rho or exact) and not log_weights:
+    check_weights_needed(auto_rho or exact, log_weights)
+    return weight_every
+
+
+def check_weights_needed(needed: bool, log_weights) -> None:
+    """Refuse ``log_weights=False`` where the importance weights are ``needed`` (a rho tuned
+    to bias_tol, exact=True)."""
+    if needed and not log_weights:
         raise ValueError(
             "log_weights=False is incompatible with a rho tuned to bias_tol (rho='tuned', or "
             "'auto' where it splits) and exact=True, which need the importance weights; "
             "received log_weights=False."
         )
-    return weight_every
 
 
 def _validate_log_weights(log_weights) -> int:

@@ -282,3 +282,20 @@ def test_rho0_on_a_rare_event_posterior_is_exact_and_covers_the_tail(monkeypatch
     gaussian = _sample(model, pymc_sgs.SplitGibbs(rho=0, model=model), draws=3000, tune=1000)
     tail_gauss = float(az.ess(gaussian.posterior["b"], method="tail").to_array().min())
     assert tail_gauss < 0.75 * tail, (tail, tail_gauss)
+
+
+def test_no_split_needs_no_weights():
+    # rho="auto" that makes no split records no importance weights: log_weights=False is
+    # accepted and changes no draw; where "auto" splits (shift=False) it is refused
+    model, _, _ = _rare_events()
+    kw = dict(draws=50, tune=50, chains=1, random_seed=3, progressbar=False)
+    with model:
+        runs = [
+            pm.sample(
+                step=pymc_sgs.SplitGibbs(log_weights=w), compute_convergence_checks=False, **kw
+            )
+            for w in (True, False)
+        ]
+        with pytest.raises(ValueError, match="log_weights=False is incompatible"):
+            pymc_sgs.SplitGibbs(shift=False, log_weights=False)
+    np.testing.assert_array_equal(runs[0].posterior["b"].values, runs[1].posterior["b"].values)

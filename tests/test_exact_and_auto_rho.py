@@ -103,7 +103,7 @@ def test_gaussian_only_model_needs_no_rho():
         (dict(bias_tol=1.5), "bias_tol"),
         (dict(exact_sweeps=0), "exact_sweeps"),
         (dict(exact=True, log_weights=False), "log_weights"),
-        (dict(log_weights=False), "log_weights"),
+        (dict(rho="tuned", log_weights=False), "log_weights"),
         (dict(rho="big"), "rho"),
         (dict(alpha=-1.0), "alpha"),
         (dict(alpha=1.2), "alpha"),
