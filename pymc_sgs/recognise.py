@@ -312,16 +312,22 @@ def explain_missing_link(rv, model) -> str | None:
         return None
     _, param, pname, _ = rec.read(rv.owner.inputs[2:])
     free = set(model.free_RVs)
-    links = tuple(rec.families)
-    if any(find_inverse_link(param, LINKS[lk].ops, free) for lk in links):
+    if any(find_inverse_link(param, LINKS[lk].ops, free) for lk in rec.families):
         return None
+    message = _missing_link_message(rv.name, dist_name(rv), pname, rec)
+    return message if rec.link_hint else f"{message} Or sample this model with {NUTS}."
+
+
+def _missing_link_message(name, dist, pname, rec) -> str:
+    """The mean parameter ``pname`` of ``name``'s likelihood is none of ``rec``'s links of a
+    linear predictor (with the recogniser's hint)."""
+    links = tuple(rec.families)
     inv_names = " or ".join(LINKS[lk].inverse_name for lk in links)
     how = " or ".join(LINKS[lk].how for lk in links)
     return (
-        f"observed variable {rv.name!r}: its {dist_name(rv)} parameter {pname} is not a "
+        f"observed variable {name!r}: its {dist} parameter {pname} is not a "
         f"{'/'.join(links)}-link function of a linear predictor (no {inv_names} of the "
-        f"coefficients found in its graph). Write {how}. Supported: {SUPPORTED}."
-        + (rec.link_hint or f" Or sample this model with {NUTS}.")
+        f"coefficients found in its graph). Write {how}. Supported: {SUPPORTED}." + rec.link_hint
     )
 
 
@@ -386,15 +392,8 @@ def classify_observed(rv, model):
             break
     if not found and param_deps <= nuis_free:
         return None  # only the nuisance parameters are free (e.g. a fixed mean): not a GLM term
-    inv_names = " or ".join(LINKS[lk].inverse_name for lk in links)
-    how = " or ".join(LINKS[lk].how for lk in links)
     if not found:
-        raise UnsupportedModelError(
-            f"observed variable {name!r}: its {dist} parameter {pname} is not a "
-            f"{'/'.join(links)}-link function of a linear predictor (no {inv_names} of the "
-            f"coefficients found in its graph). Write {how}. Supported: {SUPPORTED}."
-            + rec.link_hint
-        )
+        raise UnsupportedModelError(_missing_link_message(name, dist, pname, rec))
     if len(found) > 1:
         raise UnsupportedModelError(
             f"observed variable {name!r}: its {dist} parameter {pname} combines "

@@ -166,15 +166,25 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
         self.detected = detect_categorical(model, vars)
         K = self.detected.n_classes
         det = self.detected
+        # the split model's kernel; without a split its posterior (neg_log_posterior), which
+        # does not depend on rho, gives the Laplace fit and the target
+        start_rho = AUTO_RHO_START if self.auto_rho else float(np.asarray(rho, dtype=float))
+        self.kernel = CategoricalSplitKernel(
+            det.A,
+            det.offset,
+            det.y,
+            K,
+            det.prior_mean,
+            det.prior_precision,
+            start_rho,
+            alpha=self.alpha,
+        )
         self.direct_move = None
         if want_direct and not (exact and not is_zero_rho(rho)):
-            probe = CategoricalSplitKernel(
-                det.A, det.offset, det.y, K, det.prior_mean, det.prior_precision, 1.0
-            )
-            fit = probe.laplace_fit(self._theta_from_point(model.initial_point()))
+            fit = self.kernel.laplace_fit(self._theta_from_point(model.initial_point()))
             if fit is not None:
                 self.direct_move = IndependenceMove(
-                    functools.partial(probe.neg_log_posterior, derivatives=False), *fit
+                    functools.partial(self.kernel.neg_log_posterior, derivatives=False), *fit
                 )
             elif is_zero_rho(rho):
                 raise ValueError(
@@ -193,7 +203,7 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
         if log_weights and K > max_weight_classes() and not self.direct:
             raise ValueError(
                 f"log_weights={log_weights!r}"
-                + (" (needed by rho='auto' and exact=True)" if self.auto_rho or exact else "")
+                + (" (needed by a tuned rho and exact=True)" if self.auto_rho or exact else "")
                 + f": the importance weights need a {K - 1}-dimensional integral per "
                 f"observation, computed for at most {max_weight_classes()} classes; the model "
                 f"has K = {K}. Pass a fixed rho (e.g. rho=0.3) and log_weights=False."
@@ -208,20 +218,6 @@ class CategoricalSplitGibbs(BaseSplitGibbs):
         self._data_fingerprints = _data_fingerprints(model)
         # detect_categorical builds its own design (a copy), which nothing else writes to
         self._check_data = True
-        if self.direct:
-            start_rho = AUTO_RHO_START
-        else:
-            start_rho = AUTO_RHO_START if self.auto_rho else float(np.asarray(rho, dtype=float))
-        self.kernel = CategoricalSplitKernel(
-            det.A,
-            det.offset,
-            det.y,
-            K,
-            det.prior_mean,
-            det.prior_precision,
-            start_rho,
-            alpha=self.alpha,
-        )
         self.log_weights = bool(log_weights)
         by_name = {v.name: v for v in model.value_vars}
         self.vars = [by_name[name] for name in det.value_var_names]

@@ -83,17 +83,23 @@ def test_default_categorical_draws_do_not_depend_on_cores():
     assert np.all(moves == moves[:, :1])  # fixed after tuning, per chain
 
 
-@pytest.mark.parametrize("rho", ["tuned", 0.3])
-def test_split_model_on_request(rho):
+def _three_class_model():
+    """40 rows, 2 predictors, K = 3 (class 0 the reference)."""
     rng = np.random.default_rng(2)
     X = rng.normal(size=(40, 2))
-    with pm.Model():
+    with pm.Model() as model:
         B = pm.Normal("B", 0.0, 1.0, shape=(2, 2))
         pm.Categorical(
             "y",
             logit_p=pm.math.concatenate([np.zeros((40, 1)), X @ B], axis=1),
             observed=rng.integers(0, 3, 40),
         )
+    return model
+
+
+@pytest.mark.parametrize("rho", ["tuned", 0.3])
+def test_split_model_on_request(rho):
+    with _three_class_model():
         step = pymc_sgs.SplitGibbs(rho=rho)
     assert not step.direct and "no split" not in repr(step)
 
@@ -102,15 +108,7 @@ def test_options_without_a_split():
     # no importance weights are needed without a split: log_weights=False is accepted, and
     # exact=True with rho=0 changes nothing; exact=True with rho="auto" keeps the split model
     # with its correction
-    rng = np.random.default_rng(2)
-    X = rng.normal(size=(40, 2))
-    with pm.Model():
-        B = pm.Normal("B", 0.0, 1.0, shape=(2, 2))
-        pm.Categorical(
-            "y",
-            logit_p=pm.math.concatenate([np.zeros((40, 1)), X @ B], axis=1),
-            observed=rng.integers(0, 3, 40),
-        )
+    with _three_class_model():
         assert pymc_sgs.SplitGibbs(log_weights=False).direct
         assert pymc_sgs.SplitGibbs(rho=0, log_weights=False).direct
         assert pymc_sgs.SplitGibbs(rho=0, exact=True).direct

@@ -10,6 +10,7 @@ coefficients, their scales and (for a Normal likelihood) the observation sd.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -502,16 +503,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
         return (1 if cost >= EXPENSIVE_FACTOR else 2, False)
 
 
-#: SplitGibbs's keyword arguments at which a Student-t GLM takes the mixed-model step, with
-#: their default values (any other option keeps the GLM path, which implements it)
-_STUDENT_T_DEFAULTS = {
-    "exact": False,
-    "shift": True,
-    "init": "laplace",
-    "center": False,
-    "backend": None,
-    "_split_gaussian": False,
-}
+#: SplitGibbs's keyword arguments a Student-t GLM may set and still take the mixed-model
+#: step; any other must have its default (the GLM path implements it)
 _STUDENT_T_FREE = ("vars", "rho", "bias_tol", "alpha", "log_weights", "model", "rng")
 
 
@@ -527,13 +520,14 @@ def takes_student_t_glm(model, vars=None, rho="auto", options=None) -> bool:
     """
     from .read import student_t_glm_parameters
 
-    options = dict(options or {})
     if not (isinstance(rho, str) and rho == "auto") or vars is not None:
         return False
-    for key, value in options.items():
+    # the defaults of SplitGibbs(...)'s keywords; a legacy keyword (**legacy) has none
+    params = inspect.signature(BaseSplitGibbs.__init__).parameters
+    for key, value in (options or {}).items():
         if key in _STUDENT_T_FREE:
             continue
-        default = _STUDENT_T_DEFAULTS.get(key, object())
+        default = params[key].default if key in params else inspect.Parameter.empty
         if value is not default and value != default:
             return False
     return student_t_glm_parameters(model) is not None
