@@ -40,12 +40,60 @@ import numpy as np
 from ..families import BinomialLogit
 from .kernel import AugmentedKernel, HyperProposal, MixedInfo, MixedState
 
-__all__ = ["PolyaGammaKernel", "polya_gamma_applies"]
+__all__ = ["PolyaGammaKernel", "PolyaGammaRows", "polya_gamma_applies"]
 
 
 def polya_gamma_applies(family) -> bool:
     """Whether ``family`` has the Pólya-Gamma representation (Bernoulli/Binomial, logit)."""
     return isinstance(family, BinomialLogit)
+
+
+class PolyaGammaRows:
+    """The Pólya-Gamma variables of a Binomial logit likelihood's rows.
+
+    ``trials`` are the rows' numbers of trials, ``kappa = y - trials / 2``;
+    :meth:`draw` gives ``omega_i ~ PG(m_i, eta_i)``.
+    """
+
+    def __init__(self, problem):
+        n = problem.n
+        trials = np.ones(n) if problem.trials is None else problem.trials
+        m = np.ascontiguousarray(np.broadcast_to(np.asarray(trials, dtype=float), (n,)))
+        self.n = n
+        self.trials = m
+        self.kappa = problem.y - 0.5 * m
+        # PG(0, .) is the point mass at 0: rows with no trials carry no information
+        self._rows = np.flatnonzero(m > 0)
+        self._all_rows = self._rows.size == n
+        self._ones = m[self._rows] == 1.0
+
+    def draw(self, eta, rng) -> np.ndarray:
+        """``omega_i ~ PG(m_i, eta_i)`` for every row, exactly.
+
+        Devroye's sampler for one trial, the alternate/saddle-point samplers of Windle et
+        al. (2014) otherwise: all exact (the package's default "hybrid" switches to a
+        normal approximation for many trials, which this kernel must not).
+        """
+        from polyagamma import random_polyagamma
+
+        omega = np.zeros(self.n)
+        rows, ones = self._rows, self._ones
+        e = eta if self._all_rows else eta[rows]
+        out = np.empty(rows.size)
+        if np.all(ones):
+            out[:] = random_polyagamma(1.0, e, method="devroye", random_state=rng)
+        else:
+            m = self.trials[rows]
+            out[ones] = random_polyagamma(1.0, e[ones], method="devroye", random_state=rng)
+            many = ~ones
+            big = many & (m >= 8.0)
+            mid = many & ~big
+            if np.any(mid):
+                out[mid] = random_polyagamma(m[mid], e[mid], method="alternate", random_state=rng)
+            if np.any(big):
+                out[big] = random_polyagamma(m[big], e[big], method="saddle", random_state=rng)
+        omega[rows] = out
+        return omega
 
 
 class PolyaGammaKernel(AugmentedKernel):
@@ -71,44 +119,13 @@ class PolyaGammaKernel(AugmentedKernel):
             )
         # the Gaussian model given omega has unit scale (rho = 1), its weights carry the rest
         super().__init__(problem, method=method)
-        n = problem.n
-        trials = np.ones(n) if problem.trials is None else problem.trials
-        m = np.ascontiguousarray(np.broadcast_to(np.asarray(trials, dtype=float), (n,)))
-        self.trials = m
-        self.kappa = problem.y - 0.5 * m
-        # PG(0, .) is the point mass at 0: rows with no trials carry no information
-        self._rows = np.flatnonzero(m > 0)
-        self._all_rows = self._rows.size == n
-        self._ones = m[self._rows] == 1.0
+        self.rows = PolyaGammaRows(problem)
+        self.trials = self.rows.trials
+        self.kappa = self.rows.kappa
 
     def draw_omega(self, coef, rng) -> np.ndarray:
-        """``omega_i ~ PG(m_i, eta_i)`` for every row, exactly.
-
-        Devroye's sampler for one trial, the alternate/saddle-point samplers of Windle et
-        al. (2014) otherwise: all exact (the package's default "hybrid" switches to a
-        normal approximation for many trials, which this kernel must not).
-        """
-        from polyagamma import random_polyagamma
-
-        eta = self.eta(coef)
-        omega = np.zeros(self.problem.n)
-        rows, ones = self._rows, self._ones
-        e = eta if self._all_rows else eta[rows]
-        out = np.empty(rows.size)
-        if np.all(ones):
-            out[:] = random_polyagamma(1.0, e, method="devroye", random_state=rng)
-        else:
-            m = self.trials[rows]
-            out[ones] = random_polyagamma(1.0, e[ones], method="devroye", random_state=rng)
-            many = ~ones
-            big = many & (m >= 8.0)
-            mid = many & ~big
-            if np.any(mid):
-                out[mid] = random_polyagamma(m[mid], e[mid], method="alternate", random_state=rng)
-            if np.any(big):
-                out[big] = random_polyagamma(m[big], e[big], method="saddle", random_state=rng)
-        omega[rows] = out
-        return omega
+        """``omega_i ~ PG(m_i, eta_i)`` for every row, exactly (:class:`PolyaGammaRows`)."""
+        return self.rows.draw(self.eta(coef), rng)
 
     def data_given(self, omega):
         """``(A^T Omega r, 0)`` with ``r = kappa / omega - offset`` the pseudo-data's residual.

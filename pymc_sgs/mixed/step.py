@@ -31,6 +31,7 @@ from ..step_base import (
     _warn_user,
 )
 from .adapt import HyperShape, empirical_shape, refit_due
+from .crossed import CrossedPolyaGammaKernel, crossed_plan
 from .joint import LaplaceJointKernel
 from .kernel import HyperProposal, MixedKernel, MixedState
 from .laplace import hyper_mode
@@ -90,6 +91,9 @@ LOCAL_ACCEPT = 0.9
 #: 1.3x (Contraception) to 2x (cbpp) the Pólya-Gamma kernel's from the same draws
 PROBE_DRAWS = 50
 SWITCH_ACCEPT = 0.3
+#: the blocked kernel's one-dimensional random-walk moves are tuned towards this acceptance
+#: (Roberts and Rosenthal, 2001)
+COORD_TARGET = 0.44
 
 
 @dataclass_state
@@ -105,6 +109,7 @@ class MixedSplitGibbsState(StepMethodState):
     augmented: Any
     local_moves: Any
     hyper_moves: Any
+    coord_log_scales: Any
 
 
 class MixedSplitGibbs(BaseSplitGibbs):
@@ -268,6 +273,13 @@ class MixedSplitGibbs(BaseSplitGibbs):
         )
         h0 = mixed.layout.from_point(model.initial_point(), problem.hyper, problem.hyper_cov)[0]
         self.mode = hyper_mode(kernel, h0)
+        # such a chain changes over to the blocked kernel (pymc_sgs.mixed.crossed) instead of
+        # the collapsed one when the model has two large grouping factors or more and the
+        # collapsed kernel's factorization is expensive (InstEval: a 1,152 x 1,152 dense
+        # Schur complement, three factorizations an iteration)
+        self.crossed = None
+        if self.can_augment and kernel.precision.factor_cost() >= EXPENSIVE_FACTOR:
+            self.crossed = crossed_plan(problem, self.mode.h)
         if self.split:
             kernel = MixedKernel(problem, rho=self.rho, log_weights=self.log_weights)
         elif scale_mixture_applies(problem.family):
@@ -323,11 +335,16 @@ class MixedSplitGibbs(BaseSplitGibbs):
         # h-moves per iteration and whether every other one is a random walk (a linear
         # mixed model's chain chooses them in tuning: INDEP_ONLY_ACCEPT, EARLY_MOVES_DRAW)
         self.hyper_moves = (HYPER_MOVES, True)
+        # the blocked kernel's random-walk sds, relative to the shape's marginal sds (log)
+        self.coord_log_scales = np.zeros(self.problem.hyper_size)
 
     @property
-    def pg_kernel(self) -> PolyaGammaKernel:
+    def pg_kernel(self) -> PolyaGammaKernel | CrossedPolyaGammaKernel:
         if self._pg_kernel is None:
-            self._pg_kernel = PolyaGammaKernel(self.problem)
+            if self.crossed is not None:
+                self._pg_kernel = CrossedPolyaGammaKernel(self.problem, self.crossed)
+            else:
+                self._pg_kernel = PolyaGammaKernel(self.problem)
         return self._pg_kernel
 
     def _active_kernel(self):
@@ -343,6 +360,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.h_draws = []
         self.shape = HyperShape(self.mode.h, self.h_chol)
         self.walk_log_scale = 0.0
+        self.coord_log_scales = np.zeros(self.problem.hyper_size)
         self.feedback["tune_draws"] = 0
         coef = state.coef + self.kernel.coef_mean
         return self.pg_kernel.init(state.h, coef)
@@ -359,6 +377,13 @@ class MixedSplitGibbs(BaseSplitGibbs):
             moves=self.hyper_moves[0],
             walk=self.hyper_moves[1],
         )
+
+    def _walk_sds(self) -> np.ndarray:
+        """The blocked kernel's random-walk sd of each coordinate of ``h``: the shape's
+        marginal sds, times ``2.38`` and the tuned factors."""
+        chol = self.shape.chol
+        sd = np.sqrt(np.sum(chol * chol, axis=1))
+        return 2.38 * sd * np.exp(self.coord_log_scales)
 
     def _start(self) -> MixedState:
         """A chain's start: ``h`` from the Laplace fit of ``p(h | y)``, then the coefficients."""
@@ -388,6 +413,11 @@ class MixedSplitGibbs(BaseSplitGibbs):
             coef = state.coef + kernel.coef_mean
             log_weight, z_prop, coef_acc = 0.0, float("nan"), info.coef_accept
             local_acc = info.local_accept
+        elif isinstance(kernel, CrossedPolyaGammaKernel):
+            state, info = kernel.step(self.state, self.rng, self._walk_sds())
+            coef = state.coef
+            log_weight, z_prop, coef_acc, local_acc = 0.0, float("nan"), 1.0, float("nan")
+            n_hyper_moves = kernel.moves
         else:
             state, info = kernel.step(self.state, self.rng, self._proposal())
             coef = state.coef
@@ -401,7 +431,12 @@ class MixedSplitGibbs(BaseSplitGibbs):
             # the walk's own acceptance: the independence moves' is higher, and averaging
             # both drove the walk towards acceptance 0.01 (contraception)
             t = self.feedback["tune_draws"] = self.feedback["tune_draws"] + 1
-            if self.hyper_moves[1]:  # (a chain that has dropped the walk leaves its scale)
+            if isinstance(kernel, CrossedPolyaGammaKernel):
+                moved = np.isfinite(info.coord_accept)
+                self.coord_log_scales[moved] += (
+                    info.coord_accept[moved] - COORD_TARGET
+                ) / np.sqrt(t)
+            elif self.hyper_moves[1]:  # (a chain that has dropped the walk leaves its scale)
                 self.walk_log_scale += (info.walk_accept - WALK_TARGET) / np.sqrt(t)
             if self.problem.hyper_size:
                 self.h_draws.append(state.h)

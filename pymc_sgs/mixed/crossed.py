@@ -1,0 +1,401 @@
+"""Blocked Pólya-Gamma Gibbs for logistic GLMMs with several large grouping factors.
+
+Given the Pólya-Gamma variables ``omega`` a logistic GLMM is a linear mixed model with row
+weights ``omega_i`` (:mod:`pymc_sgs.mixed.polya_gamma`). With crossed or nested grouping
+factors that each have many levels (lme4's InstEval: 2,972 students crossed with 1,128
+lecturers), the collapsed kernel's factorization of all coefficients at once is dense in
+every factor but the largest (a 1,152 x 1,152 Schur complement, three Cholesky
+factorizations an iteration). This kernel cuts the coefficients into blocks instead:
+
+* the *core*: the common coefficients and the levels of every small grouping factor
+  (at most :data:`CORE_LEVELS` levels each, :data:`CORE_MAX` coefficients in all);
+* one block per large grouping factor.
+
+It updates, for each large factor ``k`` in turn, the triple ``(h_k, core, v_k)`` given the
+other large factors' levels and ``omega``: ``h_k`` (the factor's scale and the core's
+scales) by random-walk Metropolis moves on their conditional with ``(core, v_k)``
+integrated out exactly, then ``(core, v_k)`` from their Gaussian conditional. Given the
+others, the levels of factor ``k`` are independent, so the precision of ``(core, v_k)`` is
+an arrowhead matrix: diagonal in ``v_k``, dense in the small core, and the integration and
+the draw cost ``O(n p + L_k p^2)``, linear in the data. Every step is an exact Gibbs or
+Metropolis-Hastings step of the posterior, so the chain samples it exactly.
+
+The common coefficients are in every block, so the intercept and the factors' level means
+move together (the collapsed Gibbs sampler of Papaspiliopoulos, Roberts and Zanella,
+2020, which mixes in a number of iterations that does not grow with the data for crossed
+designs); scales move with their levels, never given them.
+
+References
+----------
+Papaspiliopoulos, O., Roberts, G. O. and Zanella, G. (2020). Scalable inference for
+crossed random effects models. Biometrika 107(1), 25-40.
+Polson, N. G., Scott, J. G. and Windle, J. (2013). Bayesian inference for logistic models
+using Pólya-Gamma latent variables. JASA 108(504), 1339-1349.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
+
+from .kernel import MixedState, accept_prob
+from .polya_gamma import PolyaGammaRows, polya_gamma_applies
+
+__all__ = [
+    "CORE_LEVELS",
+    "CORE_MAX",
+    "CrossedInfo",
+    "CrossedPlan",
+    "CrossedPolyaGammaKernel",
+    "crossed_plan",
+]
+
+#: a grouping factor with at most this many levels joins the dense core of every block
+CORE_LEVELS = 64
+#: ... while the core (common coefficients and those levels) has at most this many
+#: coefficients
+CORE_MAX = 256
+#: random-walk moves of each block's hyperparameters per block and coordinate
+MOVES_PER_COORD = 2
+
+
+class CrossedPlan(NamedTuple):
+    """How :class:`CrossedPolyaGammaKernel` cuts a model's coefficients.
+
+    ``core_terms`` and ``block_terms`` are positions in ``problem.terms``; ``block_hyper``
+    holds, for each block, the coordinates of ``h`` its moves update (those of its own
+    scale, then the core's).
+    """
+
+    core_terms: tuple
+    block_terms: tuple
+    block_hyper: tuple
+
+
+class CrossedInfo(NamedTuple):
+    hyper_accept: float  # mean acceptance probability of all hyperparameter moves
+    walk_accept: float  # the same (every move is a random walk)
+    log_weight: float  # 0: nothing is split
+    n_proposals: int  # 0
+    indep_accept: float  # nan: no independence moves
+    coord_accept: np.ndarray  # mean acceptance of the moves of each coordinate of h
+
+
+def _influence(problem, h, step: float = 0.25):
+    """For each coordinate of ``h``, the set of terms whose sd it changes (numerically,
+    at ``h`` and ``h + step e_j``); None if ``h`` is not a valid point."""
+    h = np.asarray(h, dtype=float)
+    lp, sds, _ = problem.hyper(h)
+    if not (np.isfinite(lp) and np.all(np.isfinite(sds))):
+        return None
+    out = []
+    for j in range(h.size):
+        h2 = h.copy()
+        h2[j] += step
+        sds2 = problem.hyper(h2)[1]
+        out.append({t for t, term in enumerate(problem.terms) if sds2[term.scale] != sds[term.scale]})
+    return out
+
+
+def crossed_plan(
+    problem, h, core_levels: int = CORE_LEVELS, core_max: int = CORE_MAX
+) -> CrossedPlan | None:
+    """The blocks of :class:`CrossedPolyaGammaKernel` for ``problem``, or None where the
+    kernel does not apply or brings nothing.
+
+    It applies to a Bernoulli or Binomial logit GLMM whose group effects are independent
+    (no correlated blocks) and whose large grouping factors (more than
+    ``core_levels`` levels) carry one term each, at least two of them; every coordinate of
+    ``h`` must set the sd of the core's terms or of one large factor's term only. ``h`` is
+    a valid hyperparameter value (the mode) at which that is checked. The small factors
+    join the core, smallest first, while it has at most ``core_max`` coefficients.
+    """
+    if not polya_gamma_applies(problem.family) or problem.correlated:
+        return None
+    if problem.family_params is not None:
+        return None
+    terms = problem.terms
+    by_factor: dict = {}
+    for i, t in enumerate(terms):
+        by_factor.setdefault(t.factor, []).append(i)
+    small = sorted(
+        (f for f, idx in by_factor.items() if terms[idx[0]].n_levels <= core_levels),
+        key=lambda f: terms[by_factor[f][0]].n_levels,
+    )
+    core, size = [], problem.p
+    for f in small:
+        add = sum(terms[i].n_levels for i in by_factor[f])
+        if size + add > core_max:
+            break
+        core.extend(by_factor[f])
+        size += add
+    blocks = [idx for f, idx in by_factor.items() if not set(idx) <= set(core)]
+    if len(blocks) < 2 or any(len(idx) != 1 for idx in blocks):
+        return None
+    block_terms = tuple(idx[0] for idx in blocks)
+    influence = _influence(problem, h)
+    if influence is None:
+        return None
+    core_set = set(core)
+    own = {b: [] for b in block_terms}
+    core_h = []
+    for j, hit in enumerate(influence):
+        if not hit:
+            return None  # a coordinate no block would move
+        if hit <= core_set:
+            core_h.append(j)
+        elif len(hit) == 1 and next(iter(hit)) in own:
+            own[next(iter(hit))].append(j)
+        else:
+            return None  # shared by several blocks, or by a block and the core
+    return CrossedPlan(
+        tuple(core),
+        block_terms,
+        tuple(tuple(own[b] + core_h) for b in block_terms),
+    )
+
+
+def _level_matrix(index, values, n_levels) -> sp.csr_matrix:
+    """``Z^T`` of one term: ``n_levels x n``, row ``l`` holding the values of level ``l``'s
+    rows."""
+    n = index.size
+    return sp.csr_matrix((values, (index, np.arange(n))), shape=(n_levels, n))
+
+
+class _Pieces(NamedTuple):
+    gram: np.ndarray  # core^T W core, without the prior
+    G: np.ndarray  # (L_k, pc): Z_k^T W core
+    wk: np.ndarray  # (L_k,): Z_k^T W Z_k's diagonal
+    bc: np.ndarray  # core^T W r
+    bk: np.ndarray  # Z_k^T W r
+
+
+class _Block(NamedTuple):
+    log_post: float
+    chol: np.ndarray  # lower Cholesky factor of the Schur complement onto the core
+    mean: np.ndarray  # the core's conditional mean
+    D: np.ndarray  # the block's diagonal precision
+    sds: np.ndarray
+
+
+class CrossedPolyaGammaKernel:
+    """Exact blocked Gibbs kernel of a logistic GLMM with crossed or nested large factors
+    (see the module docstring).
+
+    Parameters
+    ----------
+    problem : MixedProblem
+        Bernoulli or Binomial likelihood, logit link.
+    plan : CrossedPlan
+        From :func:`crossed_plan`.
+
+    The state is a :class:`~pymc_sgs.mixed.kernel.MixedState` with absolute coefficients
+    (``z`` and ``z_mode`` None), as :class:`~pymc_sgs.mixed.polya_gamma.PolyaGammaKernel`'s.
+    """
+
+    def __init__(self, problem, plan: CrossedPlan):
+        if not polya_gamma_applies(problem.family):
+            raise ValueError(
+                "CrossedPolyaGammaKernel needs a Bernoulli or Binomial likelihood with logit "
+                f"link; received {problem.family!r}"
+            )
+        self.problem, self.plan = problem, plan
+        p, terms = problem.p, problem.terms
+        self.rows = PolyaGammaRows(problem)
+        self.kappa = self.rows.kappa
+        self.X = np.ascontiguousarray(problem.X, dtype=float)
+        self.offset = problem.offset + (self.X @ problem.beta_mean if p else 0.0)
+        starts = np.cumsum([p] + [t.n_levels for t in terms])
+        self.slices = [slice(int(starts[i]), int(starts[i + 1])) for i in range(len(terms))]
+        self.dim = int(starts[-1])
+        self.coef_mean = np.concatenate([problem.beta_mean, np.zeros(self.dim - p)])
+        # the core's coefficients inside the full vector, in core order
+        self.core_pos = np.concatenate(
+            [np.arange(p)] + [np.arange(self.dim)[self.slices[i]] for i in plan.core_terms]
+        ).astype(np.intp)
+        self.pc = self.core_pos.size
+        self._core_ZT = [
+            _level_matrix(terms[i].index, terms[i].values, terms[i].n_levels)
+            for i in plan.core_terms
+        ]
+        self._block_ZT = [
+            _level_matrix(terms[i].index, terms[i].values, terms[i].n_levels)
+            for i in plan.block_terms
+        ]
+        self._block_Z = [Z.T.tocsr() for Z in self._block_ZT]
+        # core columns of each core term, and of the common coefficients
+        core_starts = np.cumsum([p] + [terms[i].n_levels for i in plan.core_terms])
+        self._core_cols = [
+            slice(int(core_starts[j]), int(core_starts[j + 1]))
+            for j in range(len(plan.core_terms))
+        ]
+        self.beta_precision = np.asarray(problem.beta_precision, dtype=float)
+        #: hyperparameter moves per iteration
+        self.moves = MOVES_PER_COORD * sum(len(c) for c in plan.block_hyper)
+
+    # -- pieces ----------------------------------------------------------------------
+    def prior(self, h):
+        """``(log p(h), sds, core prior precision)``; None where ``h`` is impossible."""
+        lp, sds, _ = self.problem.hyper(np.asarray(h, dtype=float))
+        if not (np.isfinite(lp) and np.all(np.isfinite(sds)) and np.all(sds > 0)):
+            return None
+        terms = self.problem.terms
+        with np.errstate(over="ignore", divide="ignore"):
+            lam = np.concatenate(
+                [self.beta_precision]
+                + [np.full(terms[i].n_levels, sds[terms[i].scale] ** -2.0) for i in self.plan.core_terms]
+            )
+        if not np.all(np.isfinite(lam)):
+            return None
+        return float(lp), np.asarray(sds, dtype=float), lam
+
+    def core_times(self, core) -> np.ndarray:
+        """The core's part of the linear predictor."""
+        p = self.problem.p
+        out = self.X @ core[:p] if p else np.zeros(self.problem.n)
+        for ZT, cols in zip(self._core_ZT, self._core_cols):
+            out = out + ZT.T @ core[cols]
+        return out
+
+    def core_transpose(self, v) -> np.ndarray:
+        """``core^T v``."""
+        p = self.problem.p
+        return np.concatenate([self.X.T @ v if p else np.zeros(0)] + [ZT @ v for ZT in self._core_ZT])
+
+    def core_gram(self, w) -> np.ndarray:
+        """``core^T W core``: the common block by BLAS, the small factors' by sparse sums."""
+        p, pc = self.problem.p, self.pc
+        gram = np.zeros((pc, pc))
+        Xw = self.X * w[:, None] if p else None
+        if p:
+            gram[:p, :p] = Xw.T @ self.X
+        for a, (ZTa, ca) in enumerate(zip(self._core_ZT, self._core_cols)):
+            if p:
+                gram[ca, :p] = ZTa @ Xw
+                gram[:p, ca] = gram[ca, :p].T
+            for ZTb, cb in zip(self._core_ZT[: a + 1], self._core_cols[: a + 1]):
+                block = (ZTa.multiply(w[None, :]) @ ZTb.T).toarray()
+                gram[ca, cb] = block
+                gram[cb, ca] = block.T
+        return gram
+
+    def block_cross(self, k, w) -> tuple:
+        """``(Z_k^T W core, diag(Z_k^T W Z_k))``."""
+        ZT = self._block_ZT[k]
+        p = self.problem.p
+        ZTw = ZT.multiply(w[None, :]).tocsr()
+        parts = [ZTw @ self.X] if p else []
+        parts += [(ZTw @ Zc.T).toarray() for Zc in self._core_ZT]
+        G = np.hstack(parts) if parts else np.zeros((ZT.shape[0], 0))
+        wk = np.asarray(ZTw.multiply(ZT).sum(axis=1)).ravel()
+        return np.ascontiguousarray(G), wk
+
+    def evaluate(self, h, k, pieces: _Pieces) -> _Block | None:
+        """``log p(h) + log p(r | h)`` with the block's ``(core, v_k)`` integrated out, and
+        what the draw needs; None where ``h`` is impossible or the precision not positive
+        definite.
+
+        ``r | h ~ N(A_k c, W^-1)``, ``c ~ N(0, Lambda(h)^-1)``:
+        ``log p = 0.5 (log det Lambda - log det Q + b^T Q^-1 b) + const``, ``Q`` the
+        arrowhead precision, through its Schur complement onto the core.
+        """
+        prior = self.prior(h)
+        if prior is None:
+            return None
+        lp, sds, lam_c = prior
+        term = self.problem.terms[self.plan.block_terms[k]]
+        lam_k = sds[term.scale] ** -2.0
+        if not np.isfinite(lam_k):
+            return None
+        D = pieces.wk + lam_k
+        G, bk = pieces.G, pieces.bk
+        S = pieces.gram - G.T @ (G / D[:, None])
+        S[np.diag_indices_from(S)] += lam_c
+        rhs = pieces.bc - G.T @ (bk / D)
+        chol, info = dpotrf(S, lower=1, clean=1, overwrite_a=1)
+        if info != 0:
+            return None
+        mean, info = dpotrs(chol, rhs, lower=1)
+        if info != 0:
+            return None
+        pos = lam_c > 0
+        val = (
+            lp
+            + 0.5 * float(np.sum(np.log(lam_c[pos])))
+            + 0.5 * D.size * np.log(lam_k)
+            - 0.5 * float(np.sum(np.log(D)))
+            - float(np.sum(np.log(np.diag(chol))))
+            + 0.5 * (float(np.sum(bk * bk / D)) + float(rhs @ mean))
+        )
+        if not np.isfinite(val):
+            return None
+        return _Block(val, chol, mean, D, sds)
+
+    def draw_block(self, ev: _Block, k, pieces: _Pieces, rng):
+        """``(core, v_k)`` from their Gaussian conditional (deviations from the prior mean)."""
+        eps = rng.standard_normal(self.pc)
+        noise, info = dtrtrs(ev.chol, eps, lower=1, trans=1)
+        core = ev.mean + noise
+        vk = (pieces.bk - pieces.G @ core) / ev.D + rng.standard_normal(ev.D.size) / np.sqrt(ev.D)
+        return core, vk
+
+    def scales(self, h) -> np.ndarray:
+        return self.problem.hyper(np.asarray(h, dtype=float))[1]
+
+    # -- the kernel ------------------------------------------------------------------
+    def init(self, h, coef, rng=None) -> MixedState:
+        h = np.asarray(h, dtype=float).copy()
+        return MixedState(h, np.asarray(coef, dtype=float).copy(), None, None)
+
+    def step(self, state: MixedState, rng, walk_sds):
+        """One iteration: ``omega | c``, then each large factor's ``(h_k, core, v_k)``.
+
+        ``walk_sds`` holds the random-walk sd of each coordinate of ``h``.
+        """
+        h = np.asarray(state.h, dtype=float).copy()
+        c = np.asarray(state.coef, dtype=float) - self.coef_mean
+        core = c[self.core_pos]
+        eta_core = self.core_times(core)
+        block_eta = [Z @ c[self.slices[i]] for Z, i in zip(self._block_Z, self.plan.block_terms)]
+        eta = eta_core + sum(block_eta) + self.offset
+        w = self.rows.draw(eta, rng)
+        gram = self.core_gram(w)
+        K = h.size
+        acc_sum, acc_n = np.zeros(K), np.zeros(K)
+        total = sum(block_eta)
+        for k, i in enumerate(self.plan.block_terms):
+            others = total - block_eta[k]
+            rw = self.kappa - w * (self.offset + others)
+            G, wk = self.block_cross(k, w)
+            pieces = _Pieces(gram, G, wk, self.core_transpose(rw), self._block_ZT[k] @ rw)
+            cur = self.evaluate(h, k, pieces)
+            if cur is None:
+                raise FloatingPointError(
+                    "the blocked Pólya-Gamma kernel's hyperparameter density is not finite at "
+                    f"the current state (h={h}); the model's priors or data may be degenerate"
+                )
+            coords = self.plan.block_hyper[k]
+            for m in range(MOVES_PER_COORD * len(coords)):
+                j = coords[m % len(coords)]
+                h_new = h.copy()
+                h_new[j] += walk_sds[j] * rng.standard_normal()
+                prop = self.evaluate(h_new, k, pieces)
+                log_ratio = -np.inf if prop is None else prop.log_post - cur.log_post
+                a = accept_prob(log_ratio)
+                acc_sum[j] += a
+                acc_n[j] += 1
+                if np.log(rng.uniform()) < log_ratio:
+                    h, cur = h_new, prop
+            core, vk = self.draw_block(cur, k, pieces, rng)
+            c[self.slices[i]] = vk
+            new_eta = self._block_Z[k] @ vk
+            total = others + new_eta
+            block_eta[k] = new_eta
+        c[self.core_pos] = core
+        coord = np.where(acc_n > 0, acc_sum / np.maximum(acc_n, 1), np.nan)
+        mean_acc = float(acc_sum.sum() / acc_n.sum()) if acc_n.sum() else 1.0
+        info = CrossedInfo(mean_acc, mean_acc, 0.0, 0, float("nan"), coord)
+        return MixedState(h, c + self.coef_mean, None, None), info
