@@ -1,18 +1,18 @@
-"""The blocked Pólya-Gamma kernel of logistic GLMMs with several large factors
-(pymc_sgs.mixed.crossed).
+"""The blocked kernel of mixed models with several large factors (pymc_sgs.mixed.crossed).
 
 * One block's integration against the closed form: with ``(core, v_k)`` integrated out,
-  ``r ~ N(0, W^-1 + A_k Lambda^-1 A_k^T)``; the log density's differences between
+  ``r ~ N(0, s^2 W^-1 + A_k Lambda^-1 A_k^T)``; the log density's differences between
   hyperparameter values, and the conditional mean and covariance of ``(core, v_k)``, match
-  the dense computation to rounding.
+  the dense computation to rounding (Pólya-Gamma weights; a linear mixed model's sigma).
 * Which models it applies to (:func:`crossed_plan`).
-* The chain on a small crossed Binomial GLMM against the collapsed Pólya-Gamma kernel
-  (exact, tested against quadrature in test_mixed_polya_gamma.py): means of the scales and
-  of common and group coefficients within 4 combined MCSE. Negative control: the block
-  density without its ``-0.5 log det`` of the level precisions targets another posterior,
-  and the same check rejects it.
+* The chain on a small crossed Binomial GLMM against the collapsed Pólya-Gamma kernel, and
+  on a small crossed linear mixed model against the collapsed kernel (both exact, tested
+  against quadrature elsewhere): means of the scales and of common and group coefficients
+  within 4 combined MCSE. Negative control: the block density without its ``-0.5 log det``
+  of the level precisions targets another posterior, and the same check rejects it.
 * The step: a logistic GLMM with two large crossed factors whose chain changes over takes
-  this kernel, with the same draws for any ``cores``.
+  this kernel, and a crossed linear mixed model runs it from the start, with the same
+  draws for any ``cores``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import pymc_sgs
 from pymc_sgs.families import BinomialLogit, PoissonLog
 from pymc_sgs.mixed import crossed as crossed_mod
 from pymc_sgs.mixed import step as step_mod
-from pymc_sgs.mixed.crossed import CrossedPolyaGammaKernel, _Pieces, crossed_plan
-from pymc_sgs.mixed.kernel import HyperProposal
+from pymc_sgs.mixed.crossed import CrossedKernel, _Pieces, crossed_plan
+from pymc_sgs.mixed.kernel import HyperProposal, MixedKernel
 from pymc_sgs.mixed.laplace import hyper_mode
 from pymc_sgs.mixed.polya_gamma import PolyaGammaKernel
 from pymc_sgs.mixed.problem import GroupTerm, MixedProblem
@@ -35,9 +35,9 @@ from pymc_sgs.mixed.problem import GroupTerm, MixedProblem
 from .test_mixed_kernel import half_normal_log_sd
 
 
-def crossed_binomial(seed=0, n=300, L1=9, L2=7, L3=3, trials=4):
-    """Binomial logit: two crossed factors (L1, L2 levels), a small one (L3), two common
-    coefficients."""
+def crossed_binomial(seed=0, n=300, L1=9, L2=7, L3=3, trials=4, gaussian=False):
+    """Binomial logit (or Normal, sigma 0.7 with a HalfNormal(1) prior on it, ``gaussian``):
+    two crossed factors (L1, L2 levels), a small one (L3), two common coefficients."""
     rng = np.random.default_rng(seed)
     g1, g2, g3 = rng.integers(0, L1, n), rng.integers(0, L2, n), rng.integers(0, L3, n)
     x = rng.normal(size=n)
@@ -46,6 +46,16 @@ def crossed_binomial(seed=0, n=300, L1=9, L2=7, L3=3, trials=4):
     eta += rng.normal(0, 0.4, L3)[g3]
     m = np.full(n, float(trials))
     y = rng.binomial(trials, 1.0 / (1.0 + np.exp(-eta))).astype(float)
+    hyper = half_normal_log_sd([1.0, 1.0, 1.0])
+    if gaussian:
+        y = eta + 0.7 * rng.normal(size=n)
+        noise_prior = half_normal_log_sd([1.0])
+
+        def hyper(h, _hyper=hyper):
+            lp, sds, _ = _hyper(h[:3])
+            lp_s, s, _ = noise_prior(h[3:])
+            return lp + lp_s, sds, float(s[0])
+
     return MixedProblem(
         y=y,
         X=X,
@@ -57,15 +67,21 @@ def crossed_binomial(seed=0, n=300, L1=9, L2=7, L3=3, trials=4):
             GroupTerm("1|g1", "g1", g1, np.ones(n), L1, 1),
             GroupTerm("1|g2", "g2", g2, np.ones(n), L2, 2),
         ),
-        hyper=half_normal_log_sd([1.0, 1.0, 1.0]),
-        hyper_size=3,
-        family=BinomialLogit(),
-        trials=m,
+        hyper=hyper,
+        hyper_size=4 if gaussian else 3,
+        family=None if gaussian else BinomialLogit(),
+        trials=None if gaussian else m,
     )
 
 
 def _plan(problem):
     return crossed_plan(problem, np.zeros(problem.hyper_size), core_levels=4)
+
+
+def test_plan_moves_a_linear_mixed_models_sigma_in_every_block():
+    plan = _plan(crossed_binomial(gaussian=True))
+    assert plan.block_terms == (1, 2)
+    assert plan.block_hyper == ((1, 0, 3), (2, 0, 3))
 
 
 def test_plan_cuts_core_and_blocks():
@@ -111,29 +127,35 @@ def _dense_block(kernel, k, w, r, h):
     Z[np.arange(n), t.index] = t.values
     cols.append(Z)
     A = np.hstack(cols)
-    lp, sds, lam_c = kernel.prior(h)
+    lp, sds, lam_c, inv_s2 = kernel.prior(h)
     lam = np.concatenate([lam_c, np.full(t.n_levels, sds[t.scale] ** -2.0)])
-    cov = np.diag(1.0 / w) + (A / lam) @ A.T
+    cov = np.diag(1.0 / (w * inv_s2)) + (A / lam) @ A.T
     sign, logdet = np.linalg.slogdet(cov)
     log_marg = lp - 0.5 * logdet - 0.5 * r @ np.linalg.solve(cov, r)
-    Q = A.T @ (w[:, None] * A) + np.diag(lam)
+    Q = inv_s2 * A.T @ (w[:, None] * A) + np.diag(lam)
     Qinv = np.linalg.inv(Q)
-    return log_marg, Qinv @ (A.T @ (w * r)), Qinv
+    return log_marg, Qinv @ (inv_s2 * A.T @ (w * r)), Qinv
 
 
-def test_block_integration_matches_dense_closed_form():
-    problem = crossed_binomial(n=120)
-    kernel = CrossedPolyaGammaKernel(problem, _plan(problem))
+@pytest.mark.parametrize("gaussian", [False, True])
+def test_block_integration_matches_dense_closed_form(gaussian):
+    problem = crossed_binomial(n=120, gaussian=gaussian)
+    kernel = CrossedKernel(problem, _plan(problem))
     rng = np.random.default_rng(3)
-    w = rng.gamma(2.0, 0.1, problem.n)
+    # Pólya-Gamma-like weights, or the unit weights of a linear mixed model
+    w = np.ones(problem.n) if gaussian else rng.gamma(2.0, 0.1, problem.n)
     r = rng.normal(size=problem.n)
     gram = kernel.core_gram(w)
     pc = kernel.pc
+    hs = [np.zeros(3), np.array([-0.7, 0.4, 0.9]), np.array([0.5, -1.2, -0.3])]
+    if gaussian:
+        hs = [np.append(h, s) for h, s in zip(hs, (0.0, -0.6, 0.3))]
     for k in range(2):
         G, wk = kernel.block_cross(k, w)
         rw = w * r
-        pieces = _Pieces(gram, G, wk, kernel.core_transpose(rw), kernel._block_ZT[k] @ rw)
-        hs = [np.zeros(3), np.array([-0.7, 0.4, 0.9]), np.array([0.5, -1.2, -0.3])]
+        pieces = _Pieces(
+            gram, G, wk, kernel.core_transpose(rw), kernel._block_ZT[k] @ rw, float(r @ rw)
+        )
         evs = [kernel.evaluate(h, k, pieces) for h in hs]
         dense = [_dense_block(kernel, k, w, r, h) for h in hs]
         for ev, (log_marg, mean, cov) in zip(evs[1:], dense[1:]):
@@ -142,17 +164,18 @@ def test_block_integration_matches_dense_closed_form():
             )
         for ev, (_, mean, cov) in zip(evs, dense):
             np.testing.assert_allclose(ev.mean, mean[:pc], rtol=1e-8, atol=1e-10)
-            # the block's levels given the core, and the core's covariance (Schur complement)
+            # the core's covariance (the Schur complement's inverse) and the levels' given it
             S_inv = np.linalg.inv(ev.chol @ ev.chol.T)
             np.testing.assert_allclose(S_inv, cov[:pc, :pc], rtol=1e-8, atol=1e-12)
-            v_mean = (pieces.bk - pieces.G @ ev.mean) / ev.D
+            Gs = pieces.G * ev.inv_s2
+            v_mean = (pieces.bk * ev.inv_s2 - Gs @ ev.mean) / ev.D
             np.testing.assert_allclose(v_mean, mean[pc:], rtol=1e-8, atol=1e-10)
-            np.testing.assert_allclose(1.0 / ev.D, np.diag(cov)[pc:] - np.einsum(
-                "ij,jk,ik->i", pieces.G / ev.D[:, None], cov[:pc, :pc], pieces.G / ev.D[:, None]
-            ), rtol=1e-8)
+            GD = Gs / ev.D[:, None]
+            explained = np.einsum("ij,jk,ik->i", GD, cov[:pc, :pc], GD)
+            np.testing.assert_allclose(1.0 / ev.D, np.diag(cov)[pc:] - explained, rtol=1e-8)
 
 
-class _NoLevelDeterminant(CrossedPolyaGammaKernel):
+class _NoLevelDeterminant(CrossedKernel):
     """The block density without ``-0.5 sum log D``: a wrong target."""
 
     def evaluate(self, h, k, pieces):
@@ -164,8 +187,9 @@ class _NoLevelDeterminant(CrossedPolyaGammaKernel):
 
 def _run_crossed(kernel, n_iter, seed):
     rng = np.random.default_rng(seed)
-    walk = np.full(3, 0.6)
-    state = kernel.init(np.zeros(3), np.zeros(kernel.dim) + kernel.coef_mean)
+    K = kernel.problem.hyper_size
+    walk = np.full(K, 0.6)
+    state = kernel.init(np.zeros(K), np.zeros(kernel.dim) + kernel.coef_mean)
     out = []
     for _ in range(n_iter):
         state, info = kernel.step(state, rng, walk)
@@ -174,12 +198,16 @@ def _run_crossed(kernel, n_iter, seed):
 
 
 def _run_collapsed(problem, n_iter, seed):
-    kernel = PolyaGammaKernel(problem)
-    mode = hyper_mode(kernel, np.zeros(3))
+    """The collapsed kernel: Pólya-Gamma for the GLMM, MixedKernel for the linear model."""
+    K = problem.hyper_size
+    gaussian = problem.family is None
+    kernel = MixedKernel(problem) if gaussian else PolyaGammaKernel(problem)
+    mode = hyper_mode(kernel, np.zeros(K))
     chol = np.linalg.cholesky(mode.h_cov)
     prop = HyperProposal(walk_chol=1.4 * chol, centre=mode.h, indep_chol=1.2 * chol, df=4.0)
     rng = np.random.default_rng(seed)
-    state = kernel.init(mode.h, mode.coef + kernel.coef_mean)
+    coef = np.zeros(kernel.dim) if gaussian else mode.coef
+    state = kernel.init(mode.h, coef + kernel.coef_mean, rng)
     out = []
     for _ in range(n_iter):
         state, _ = kernel.step(state, rng, prop)
@@ -196,23 +224,24 @@ def _z(a, b):
     return np.array(z)
 
 
-def test_chain_matches_collapsed_kernel_and_a_wrong_density_is_detected():
-    problem = crossed_binomial()
+@pytest.mark.parametrize("gaussian", [False, True])
+def test_chain_matches_collapsed_kernel_and_a_wrong_density_is_detected(gaussian):
+    problem = crossed_binomial(gaussian=gaussian)
     plan = _plan(problem)
     burn = 500
     ref = _run_collapsed(problem, 8_000, seed=11)[burn:]
-    draws = _run_crossed(CrossedPolyaGammaKernel(problem, plan), 8_000, seed=12)[burn:]
+    draws = _run_crossed(CrossedKernel(problem, plan), 8_000, seed=12)[burn:]
     assert np.all(_z(draws, ref) < 4)
     wrong = _run_crossed(_NoLevelDeterminant(problem, plan), 8_000, seed=12)[burn:]
     assert np.max(_z(wrong, ref)) > 4
 
 
-def _crossed_glmm(n=4000, L1=90, L2=70, seed=0):
+def _crossed_glmm(n=4000, L1=90, L2=70, seed=0, gaussian=False):
     rng = np.random.default_rng(seed)
     g1, g2 = rng.integers(0, L1, n), rng.integers(0, L2, n)
     x = rng.normal(size=n)
     eta = -0.4 + 0.5 * x + rng.normal(0, 0.8, L1)[g1] + rng.normal(0, 0.5, L2)[g2]
-    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+    y = eta + rng.normal(size=n) if gaussian else rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
     with pm.Model() as model:
         b0 = pm.Normal("b0", 0.0, 2.5)
         b1 = pm.Normal("b1", 0.0, 2.5)
@@ -220,20 +249,27 @@ def _crossed_glmm(n=4000, L1=90, L2=70, seed=0):
         s2 = pm.HalfNormal("s2", 1.0)
         o1 = pm.Normal("o1", 0.0, 1.0, shape=L1)
         o2 = pm.Normal("o2", 0.0, 1.0, shape=L2)
-        pm.Bernoulli("y", logit_p=b0 + b1 * x + (s1 * o1)[g1] + (s2 * o2)[g2], observed=y)
+        mu = b0 + b1 * x + (s1 * o1)[g1] + (s2 * o2)[g2]
+        if gaussian:
+            pm.Normal("y", mu, pm.HalfNormal("sigma", 2.0), observed=y)
+        else:
+            pm.Bernoulli("y", logit_p=mu, observed=y)
     return model
 
 
-def test_step_changes_over_to_the_blocked_kernel(monkeypatch):
-    # force the change-over and the blocked kernel on a model small enough for a unit test
+@pytest.mark.parametrize("gaussian", [False, True])
+def test_step_takes_the_blocked_kernel(monkeypatch, gaussian):
+    # a factorization this small is cheap: make it count as expensive, and (logistic) force
+    # the change-over, so that a unit-test-sized model takes the blocked kernel
     monkeypatch.setattr(step_mod, "SWITCH_ACCEPT", 1.01)
     monkeypatch.setattr(step_mod, "EXPENSIVE_FACTOR", 0.0)
-    model = _crossed_glmm()
+    model = _crossed_glmm(gaussian=gaussian)
     runs = []
     for cores in (1, 2):
         with model:
             step = pymc_sgs.SplitGibbs()
             assert step.crossed is not None and step.crossed.block_terms
+            assert step.blocked_lmm == gaussian
             idata = pm.sample(
                 draws=150,
                 tune=100,
@@ -246,9 +282,12 @@ def test_step_changes_over_to_the_blocked_kernel(monkeypatch):
             )
         runs.append(idata)
     st = runs[0].sample_stats
-    assert bool(st["polya_gamma"].all())
-    assert int(st["hyper_moves"].values[0, 0]) == crossed_mod.MOVES_PER_COORD * 2
+    # Pólya-Gamma after the change-over (logistic), never for the linear model
+    assert bool(st["polya_gamma"].all()) != gaussian
+    per_block = 2 if gaussian else 1  # each block's own scale (the core has none), sigma
+    assert int(st["hyper_moves"].values[0, -1]) == crossed_mod.MOVES_PER_COORD * 2 * per_block
     assert 0.15 < float(st["hyper_accept"].mean()) < 0.8
-    for v in ("b0", "b1", "s1", "s2", "o1"):
+    names = ("b0", "b1", "s1", "s2", "o1", "o2") + (("sigma",) if gaussian else ())
+    for v in names:
         np.testing.assert_array_equal(runs[0].posterior[v].values, runs[1].posterior[v].values)
-    assert np.all(np.isfinite(runs[0].posterior["o2"].values))
+        assert np.all(np.isfinite(runs[0].posterior[v].values))

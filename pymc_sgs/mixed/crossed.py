@@ -1,19 +1,20 @@
-"""Blocked Pólya-Gamma Gibbs for logistic GLMMs with several large grouping factors.
+"""Blocked Gibbs for mixed models with several large grouping factors (crossed or nested).
 
-Given the Pólya-Gamma variables ``omega`` a logistic GLMM is a linear mixed model with row
-weights ``omega_i`` (:mod:`pymc_sgs.mixed.polya_gamma`). With crossed or nested grouping
-factors that each have many levels (lme4's InstEval: 2,972 students crossed with 1,128
-lecturers), the collapsed kernel's factorization of all coefficients at once is dense in
-every factor but the largest (a 1,152 x 1,152 Schur complement, three Cholesky
-factorizations an iteration). This kernel cuts the coefficients into blocks instead:
+A linear mixed model, and a logistic GLMM given its Pólya-Gamma variables ``omega`` (a
+linear mixed model with row weights ``omega_i``, :mod:`pymc_sgs.mixed.polya_gamma`), is
+Gaussian in its coefficients. With crossed or nested grouping factors that each have many
+levels (lme4's InstEval: 2,972 students crossed with 1,128 lecturers), the collapsed
+kernel's factorization of all coefficients at once is dense in every factor but the
+largest (a 1,152 x 1,152 Schur complement, one to three Cholesky factorizations an
+iteration). This kernel cuts the coefficients into blocks instead:
 
 * the *core*: the common coefficients and the levels of every small grouping factor
   (at most :data:`CORE_LEVELS` levels each, :data:`CORE_MAX` coefficients in all);
 * one block per large grouping factor.
 
 It updates, for each large factor ``k`` in turn, the triple ``(h_k, core, v_k)`` given the
-other large factors' levels and ``omega``: ``h_k`` (the factor's scale and the core's
-scales) by random-walk Metropolis moves on their conditional with ``(core, v_k)``
+other large factors' levels (and ``omega``): ``h_k`` (the factor's scale, the core's
+scales and a Normal likelihood's sigma) by random-walk Metropolis moves on their conditional with ``(core, v_k)``
 integrated out exactly, then ``(core, v_k)`` from their Gaussian conditional. Given the
 others, the levels of factor ``k`` are independent, so the precision of ``(core, v_k)`` is
 an arrowhead matrix: diagonal in ``v_k``, dense in the small core, and the integration and
@@ -48,8 +49,8 @@ __all__ = [
     "CORE_LEVELS",
     "CORE_MAX",
     "CrossedInfo",
+    "CrossedKernel",
     "CrossedPlan",
-    "CrossedPolyaGammaKernel",
     "crossed_plan",
 ]
 
@@ -63,11 +64,11 @@ MOVES_PER_COORD = 2
 
 
 class CrossedPlan(NamedTuple):
-    """How :class:`CrossedPolyaGammaKernel` cuts a model's coefficients.
+    """How :class:`CrossedKernel` cuts a model's coefficients.
 
     ``core_terms`` and ``block_terms`` are positions in ``problem.terms``; ``block_hyper``
     holds, for each block, the coordinates of ``h`` its moves update (those of its own
-    scale, then the core's).
+    scale, then the core's and the observation sd's).
     """
 
     core_terms: tuple
@@ -86,34 +87,41 @@ class CrossedInfo(NamedTuple):
 
 def _influence(problem, h, step: float = 0.25):
     """For each coordinate of ``h``, the set of terms whose sd it changes (numerically,
-    at ``h`` and ``h + step e_j``); None if ``h`` is not a valid point."""
+    at ``h`` and ``h + step e_j``), with ``"noise"`` for the observation sd of a linear
+    mixed model; None if ``h`` is not a valid point."""
     h = np.asarray(h, dtype=float)
-    lp, sds, _ = problem.hyper(h)
+    lp, sds, noise = problem.hyper(h)
     if not (np.isfinite(lp) and np.all(np.isfinite(sds))):
         return None
     out = []
     for j in range(h.size):
         h2 = h.copy()
         h2[j] += step
-        sds2 = problem.hyper(h2)[1]
-        out.append({t for t, term in enumerate(problem.terms) if sds2[term.scale] != sds[term.scale]})
+        _, sds2, noise2 = problem.hyper(h2)
+        hit = {t for t, term in enumerate(problem.terms) if sds2[term.scale] != sds[term.scale]}
+        if problem.family is None and noise2 != noise:
+            hit.add("noise")
+        out.append(hit)
     return out
 
 
 def crossed_plan(
     problem, h, core_levels: int = CORE_LEVELS, core_max: int = CORE_MAX
 ) -> CrossedPlan | None:
-    """The blocks of :class:`CrossedPolyaGammaKernel` for ``problem``, or None where the
-    kernel does not apply or brings nothing.
+    """The blocks of :class:`CrossedKernel` for ``problem``, or None where the kernel does
+    not apply or brings nothing.
 
-    It applies to a Bernoulli or Binomial logit GLMM whose group effects are independent
+    It applies to a linear mixed model or a Bernoulli or Binomial logit GLMM whose group
+    effects are independent
     (no correlated blocks) and whose large grouping factors (more than
     ``core_levels`` levels) carry one term each, at least two of them; every coordinate of
-    ``h`` must set the sd of the core's terms or of one large factor's term only. ``h`` is
+    ``h`` must set the sd of the core's terms (or the observation sd) or of one large
+    factor's term only. ``h`` is
     a valid hyperparameter value (the mode) at which that is checked. The small factors
     join the core, smallest first, while it has at most ``core_max`` coefficients.
     """
-    if not polya_gamma_applies(problem.family) or problem.correlated:
+    gaussian = problem.family is None
+    if not (gaussian or polya_gamma_applies(problem.family)) or problem.correlated:
         return None
     if problem.family_params is not None:
         return None
@@ -139,7 +147,7 @@ def crossed_plan(
     influence = _influence(problem, h)
     if influence is None:
         return None
-    core_set = set(core)
+    core_set = set(core) | {"noise"}
     own = {b: [] for b in block_terms}
     core_h = []
     for j, hit in enumerate(influence):
@@ -166,11 +174,15 @@ def _level_matrix(index, values, n_levels) -> sp.csr_matrix:
 
 
 class _Pieces(NamedTuple):
+    """One block's Gram pieces and data, with row weights ``W`` (``omega``, or 1 for a
+    linear mixed model, whose ``1 / sigma^2`` :meth:`CrossedKernel.evaluate` applies)."""
+
     gram: np.ndarray  # core^T W core, without the prior
     G: np.ndarray  # (L_k, pc): Z_k^T W core
     wk: np.ndarray  # (L_k,): Z_k^T W Z_k's diagonal
     bc: np.ndarray  # core^T W r
     bk: np.ndarray  # Z_k^T W r
+    rr: float = 0.0  # r^T W r (linear mixed models only: constant in h otherwise)
 
 
 class _Block(NamedTuple):
@@ -179,16 +191,17 @@ class _Block(NamedTuple):
     mean: np.ndarray  # the core's conditional mean
     D: np.ndarray  # the block's diagonal precision
     sds: np.ndarray
+    inv_s2: float  # 1 / sigma^2 of a linear mixed model, else 1
 
 
-class CrossedPolyaGammaKernel:
-    """Exact blocked Gibbs kernel of a logistic GLMM with crossed or nested large factors
-    (see the module docstring).
+class CrossedKernel:
+    """Exact blocked Gibbs kernel of a linear mixed model or a logistic GLMM with crossed or
+    nested large factors (see the module docstring).
 
     Parameters
     ----------
     problem : MixedProblem
-        Bernoulli or Binomial likelihood, logit link.
+        Normal likelihood (``family`` None), or Bernoulli or Binomial with logit link.
     plan : CrossedPlan
         From :func:`crossed_plan`.
 
@@ -197,15 +210,15 @@ class CrossedPolyaGammaKernel:
     """
 
     def __init__(self, problem, plan: CrossedPlan):
-        if not polya_gamma_applies(problem.family):
+        self.gaussian = problem.family is None
+        if not (self.gaussian or polya_gamma_applies(problem.family)):
             raise ValueError(
-                "CrossedPolyaGammaKernel needs a Bernoulli or Binomial likelihood with logit "
-                f"link; received {problem.family!r}"
+                "CrossedKernel needs a Normal likelihood, or a Bernoulli or Binomial "
+                f"likelihood with logit link; received {problem.family!r}"
             )
         self.problem, self.plan = problem, plan
         p, terms = problem.p, problem.terms
-        self.rows = PolyaGammaRows(problem)
-        self.kappa = self.rows.kappa
+        self.rows = None if self.gaussian else PolyaGammaRows(problem)
         self.X = np.ascontiguousarray(problem.X, dtype=float)
         self.offset = problem.offset + (self.X @ problem.beta_mean if p else 0.0)
         starts = np.cumsum([p] + [t.n_levels for t in terms])
@@ -235,13 +248,26 @@ class CrossedPolyaGammaKernel:
         self.beta_precision = np.asarray(problem.beta_precision, dtype=float)
         #: hyperparameter moves per iteration
         self.moves = MOVES_PER_COORD * sum(len(c) for c in plan.block_hyper)
+        if self.gaussian:
+            # unit row weights: the Gram pieces are those of the data, computed once
+            ones = np.ones(problem.n)
+            self._gram = self.core_gram(ones)
+            self._cross = [self.block_cross(k, ones) for k in range(len(plan.block_terms))]
 
     # -- pieces ----------------------------------------------------------------------
     def prior(self, h):
-        """``(log p(h), sds, core prior precision)``; None where ``h`` is impossible."""
-        lp, sds, _ = self.problem.hyper(np.asarray(h, dtype=float))
+        """``(log p(h), sds, core prior precision, 1 / sigma^2)`` (1 for a logistic GLMM);
+        None where ``h`` is impossible."""
+        lp, sds, noise = self.problem.hyper(np.asarray(h, dtype=float))
         if not (np.isfinite(lp) and np.all(np.isfinite(sds)) and np.all(sds > 0)):
             return None
+        inv_s2 = 1.0
+        if self.gaussian:
+            if not (np.isfinite(noise) and noise > 0):
+                return None
+            inv_s2 = float(noise) ** -2.0
+            if not np.isfinite(inv_s2):
+                return None
         terms = self.problem.terms
         with np.errstate(over="ignore", divide="ignore"):
             lam = np.concatenate(
@@ -250,7 +276,7 @@ class CrossedPolyaGammaKernel:
             )
         if not np.all(np.isfinite(lam)):
             return None
-        return float(lp), np.asarray(sds, dtype=float), lam
+        return float(lp), np.asarray(sds, dtype=float), lam, inv_s2
 
     def core_times(self, core) -> np.ndarray:
         """The core's part of the linear predictor."""
@@ -298,18 +324,22 @@ class CrossedPolyaGammaKernel:
         what the draw needs; None where ``h`` is impossible or the precision not positive
         definite.
 
-        ``r | h ~ N(A_k c, W^-1)``, ``c ~ N(0, Lambda(h)^-1)``:
-        ``log p = 0.5 (log det Lambda - log det Q + b^T Q^-1 b) + const``, ``Q`` the
-        arrowhead precision, through its Schur complement onto the core.
+        ``r | h ~ N(A_k c, s^2 W^-1)``, ``c ~ N(0, Lambda(h)^-1)``:
+        ``log p = 0.5 (log det Lambda - log det Q + b^T Q^-1 b - r^T W r / s^2) - n log s
+        + const``, ``Q = A_k^T W A_k / s^2 + Lambda`` the arrowhead precision, through its
+        Schur complement onto the core; ``s`` is a linear mixed model's sigma, else 1
+        (and the last two terms are left out: they do not depend on ``h``).
         """
         prior = self.prior(h)
         if prior is None:
             return None
-        lp, sds, lam_c = prior
+        lp, sds, lam_c, inv_s2 = prior
         term = self.problem.terms[self.plan.block_terms[k]]
         lam_k = sds[term.scale] ** -2.0
         if not np.isfinite(lam_k):
             return None
+        if self.gaussian:
+            pieces = _Pieces(*(x * inv_s2 for x in pieces))
         D = pieces.wk + lam_k
         G, bk = pieces.G, pieces.bk
         S = pieces.gram - G.T @ (G / D[:, None])
@@ -330,16 +360,22 @@ class CrossedPolyaGammaKernel:
             - float(np.sum(np.log(np.diag(chol))))
             + 0.5 * (float(np.sum(bk * bk / D)) + float(rhs @ mean))
         )
+        if self.gaussian:
+            val += 0.5 * self.problem.n * np.log(inv_s2) - 0.5 * pieces.rr
         if not np.isfinite(val):
             return None
-        return _Block(val, chol, mean, D, sds)
+        return _Block(val, chol, mean, D, sds, inv_s2)
 
     def draw_block(self, ev: _Block, k, pieces: _Pieces, rng):
         """``(core, v_k)`` from their Gaussian conditional (deviations from the prior mean)."""
         eps = rng.standard_normal(self.pc)
         noise, info = dtrtrs(ev.chol, eps, lower=1, trans=1)
         core = ev.mean + noise
-        vk = (pieces.bk - pieces.G @ core) / ev.D + rng.standard_normal(ev.D.size) / np.sqrt(ev.D)
+        s = ev.inv_s2
+        vk = (pieces.bk * s - (pieces.G * s) @ core) / ev.D if self.gaussian else (
+            (pieces.bk - pieces.G @ core) / ev.D
+        )
+        vk = vk + rng.standard_normal(ev.D.size) / np.sqrt(ev.D)
         return core, vk
 
     def scales(self, h) -> np.ndarray:
@@ -351,7 +387,8 @@ class CrossedPolyaGammaKernel:
         return MixedState(h, np.asarray(coef, dtype=float).copy(), None, None)
 
     def step(self, state: MixedState, rng, walk_sds):
-        """One iteration: ``omega | c``, then each large factor's ``(h_k, core, v_k)``.
+        """One iteration: ``omega | c`` (logistic GLMMs), then each large factor's
+        ``(h_k, core, v_k)``.
 
         ``walk_sds`` holds the random-walk sd of each coordinate of ``h``.
         """
@@ -360,21 +397,30 @@ class CrossedPolyaGammaKernel:
         core = c[self.core_pos]
         eta_core = self.core_times(core)
         block_eta = [Z @ c[self.slices[i]] for Z, i in zip(self._block_Z, self.plan.block_terms)]
-        eta = eta_core + sum(block_eta) + self.offset
-        w = self.rows.draw(eta, rng)
-        gram = self.core_gram(w)
+        if self.gaussian:
+            w, gram, target = None, self._gram, self.problem.y - self.offset
+        else:
+            w = self.rows.draw(eta_core + sum(block_eta) + self.offset, rng)
+            gram = self.core_gram(w)
+            target = None
         K = h.size
         acc_sum, acc_n = np.zeros(K), np.zeros(K)
         total = sum(block_eta)
         for k, i in enumerate(self.plan.block_terms):
             others = total - block_eta[k]
-            rw = self.kappa - w * (self.offset + others)
-            G, wk = self.block_cross(k, w)
-            pieces = _Pieces(gram, G, wk, self.core_transpose(rw), self._block_ZT[k] @ rw)
+            if self.gaussian:
+                rw = target - others
+                G, wk = self._cross[k]
+                rr = float(rw @ rw)
+            else:
+                rw = self.rows.kappa - w * (self.offset + others)
+                G, wk = self.block_cross(k, w)
+                rr = 0.0
+            pieces = _Pieces(gram, G, wk, self.core_transpose(rw), self._block_ZT[k] @ rw, rr)
             cur = self.evaluate(h, k, pieces)
             if cur is None:
                 raise FloatingPointError(
-                    "the blocked Pólya-Gamma kernel's hyperparameter density is not finite at "
+                    "the blocked kernel's hyperparameter density is not finite at "
                     f"the current state (h={h}); the model's priors or data may be degenerate"
                 )
             coords = self.plan.block_hyper[k]

@@ -31,7 +31,7 @@ from ..step_base import (
     _warn_user,
 )
 from .adapt import HyperShape, empirical_shape, refit_due
-from .crossed import CrossedPolyaGammaKernel, crossed_plan
+from .crossed import CrossedKernel, crossed_plan
 from .joint import LaplaceJointKernel
 from .kernel import HyperProposal, MixedKernel, MixedState
 from .laplace import hyper_mode
@@ -121,7 +121,11 @@ class MixedSplitGibbs(BaseSplitGibbs):
     * Normal likelihood (linear mixed model): the coefficients are integrated out exactly,
       the hyperparameters ``h`` take Metropolis moves on ``p(h | y)``, and the
       coefficients are drawn from their Gaussian conditional
-      (:class:`pymc_sgs.mixed.kernel.MixedKernel`). Exact.
+      (:class:`pymc_sgs.mixed.kernel.MixedKernel`). Exact. With two large grouping factors
+      or more (crossed or nested) whose joint factorization is expensive
+      (``EXPENSIVE_FACTOR``), the same is done one large factor at a time, the common
+      coefficients and small factors in every block
+      (:class:`pymc_sgs.mixed.crossed.CrossedKernel`). Exact.
     * Bernoulli, Binomial, Poisson, NegativeBinomial, Gamma (GLMMs; a free ``alpha`` or
       shape is one of the hyperparameters), ``rho="auto"`` (the default): joint moves of
       ``(h, coefficients)`` whose coefficient part is the Laplace approximation given the
@@ -131,7 +135,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
       are rarely accepted in tuning (too many coefficients for one Gaussian proposal)
       changes over to the exact Pólya-Gamma Gibbs kernel
       (:class:`pymc_sgs.mixed.polya_gamma.PolyaGammaKernel`; ``PROBE_DRAWS``,
-      ``SWITCH_ACCEPT``).
+      ``SWITCH_ACCEPT``), blocked as for a linear mixed model when the model has several
+      large grouping factors (:class:`pymc_sgs.mixed.crossed.CrossedKernel`).
     * Student-t likelihood (identity link; ``sigma`` and ``nu`` fixed or free),
       ``rho="auto"``: exact Gibbs through the t's scale mixture of normals (row
       precisions given the coefficients, then the collapsed block of a linear mixed model,
@@ -277,9 +282,12 @@ class MixedSplitGibbs(BaseSplitGibbs):
         # the collapsed one when the model has two large grouping factors or more and the
         # collapsed kernel's factorization is expensive (InstEval: a 1,152 x 1,152 dense
         # Schur complement, three factorizations an iteration)
+        # and so does a linear mixed model's chain, from its start
         self.crossed = None
-        if self.can_augment and kernel.precision.factor_cost() >= EXPENSIVE_FACTOR:
+        lmm = problem.family is None
+        if (self.can_augment or lmm) and kernel.precision.factor_cost() >= EXPENSIVE_FACTOR:
             self.crossed = crossed_plan(problem, self.mode.h)
+        self.blocked_lmm = lmm and self.crossed is not None
         if self.split:
             kernel = MixedKernel(problem, rho=self.rho, log_weights=self.log_weights)
         elif scale_mixture_applies(problem.family):
@@ -339,16 +347,18 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.coord_log_scales = np.zeros(self.problem.hyper_size)
 
     @property
-    def pg_kernel(self) -> PolyaGammaKernel | CrossedPolyaGammaKernel:
+    def pg_kernel(self) -> PolyaGammaKernel | CrossedKernel:
+        """The kernel a logistic GLMM's chain changes over to, or the blocked kernel a crossed
+        linear mixed model runs (built on first use)."""
         if self._pg_kernel is None:
             if self.crossed is not None:
-                self._pg_kernel = CrossedPolyaGammaKernel(self.problem, self.crossed)
+                self._pg_kernel = CrossedKernel(self.problem, self.crossed)
             else:
                 self._pg_kernel = PolyaGammaKernel(self.problem)
         return self._pg_kernel
 
     def _active_kernel(self):
-        return self.pg_kernel if self.augmented else self.kernel
+        return self.pg_kernel if (self.augmented or self.blocked_lmm) else self.kernel
 
     def _change_over(self, state):
         """Continue the chain on the Pólya-Gamma kernel from the Laplace kernel's state.
@@ -413,7 +423,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
             coef = state.coef + kernel.coef_mean
             log_weight, z_prop, coef_acc = 0.0, float("nan"), info.coef_accept
             local_acc = info.local_accept
-        elif isinstance(kernel, CrossedPolyaGammaKernel):
+        elif isinstance(kernel, CrossedKernel):
             state, info = kernel.step(self.state, self.rng, self._walk_sds())
             coef = state.coef
             log_weight, z_prop, coef_acc, local_acc = 0.0, float("nan"), 1.0, float("nan")
@@ -431,7 +441,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
             # the walk's own acceptance: the independence moves' is higher, and averaging
             # both drove the walk towards acceptance 0.01 (contraception)
             t = self.feedback["tune_draws"] = self.feedback["tune_draws"] + 1
-            if isinstance(kernel, CrossedPolyaGammaKernel):
+            if isinstance(kernel, CrossedKernel):
                 moved = np.isfinite(info.coord_accept)
                 self.coord_log_scales[moved] += (
                     info.coord_accept[moved] - COORD_TARGET
