@@ -10,9 +10,8 @@
   against quadrature elsewhere): means of the scales and of common and group coefficients
   within 4 combined MCSE. Negative control: the block density without its ``-0.5 log det``
   of the level precisions targets another posterior, and the same check rejects it.
-* The step: a logistic GLMM with two large crossed factors whose chain changes over takes
-  this kernel, and a crossed linear mixed model runs it from the start, with the same
-  draws for any ``cores``.
+* The step: a logistic GLMM and a linear mixed model with two large crossed factors run
+  this kernel from their start, with the same draws for any ``cores``.
 """
 
 from __future__ import annotations
@@ -259,9 +258,8 @@ def _crossed_glmm(n=4000, L1=90, L2=70, seed=0, gaussian=False):
 
 @pytest.mark.parametrize("gaussian", [False, True])
 def test_step_takes_the_blocked_kernel(monkeypatch, gaussian):
-    # a factorization this small is cheap: make it count as expensive, and (logistic) force
-    # the change-over, so that a unit-test-sized model takes the blocked kernel
-    monkeypatch.setattr(step_mod, "SWITCH_ACCEPT", 1.01)
+    # a factorization this small is cheap: make it count as expensive, so that a
+    # unit-test-sized model takes the blocked kernel
     monkeypatch.setattr(step_mod, "EXPENSIVE_FACTOR", 0.0)
     model = _crossed_glmm(gaussian=gaussian)
     runs = []
@@ -279,11 +277,13 @@ def test_step_takes_the_blocked_kernel(monkeypatch, gaussian):
                 random_seed=7,
                 progressbar=False,
                 compute_convergence_checks=False,
+                discard_tuned_samples=False,
             )
         runs.append(idata)
+    # Pólya-Gamma from the first tuning draw (logistic: no probe), never for the linear model
+    assert bool(runs[0].warmup_sample_stats["polya_gamma"].all()) != gaussian
+    assert bool(runs[0].warmup_sample_stats["polya_gamma"].any()) != gaussian
     st = runs[0].sample_stats
-    # Pólya-Gamma after the change-over (logistic), never for the linear model
-    assert bool(st["polya_gamma"].all()) != gaussian
     per_block = 2 if gaussian else 1  # each block's own scale (the core has none), sigma
     assert int(st["hyper_moves"].values[0, -1]) == crossed_mod.MOVES_PER_COORD * 2 * per_block
     assert 0.15 < float(st["hyper_accept"].mean()) < 0.8

@@ -22,12 +22,15 @@ the draw cost ``O(n p + L_k p^2)``, linear in the data. Every step is an exact G
 Metropolis-Hastings step of the posterior, so the chain samples it exactly.
 
 The common coefficients are in every block, so the intercept and the factors' level means
-move together (the collapsed Gibbs sampler of Papaspiliopoulos, Roberts and Zanella,
-2020, which mixes in a number of iterations that does not grow with the data for crossed
-designs); scales move with their levels, never given them.
+move together: the collapsed Gibbs sampler of Papaspiliopoulos, Roberts and Zanella
+(2020), whose cost is proportional to the data on balanced crossed designs with known
+variances (the plain Gibbs sampler's is not). Scales move with their levels, never given
+them, as in the blocked sampler of Johnson, Kuehnel and Amini (2016).
 
 References
 ----------
+Johnson, N. A., Kuehnel, F. O. and Amini, A. N. (2016). A scalable blocked Gibbs sampling
+algorithm for Gaussian and Poisson regression models. arXiv:1602.00047.
 Papaspiliopoulos, O., Roberts, G. O. and Zanella, G. (2020). Scalable inference for
 crossed random effects models. Biometrika 107(1), 25-40.
 Polson, N. G., Scott, J. G. and Windle, J. (2013). Bayesian inference for logistic models
@@ -239,6 +242,17 @@ class CrossedKernel:
             for i in plan.block_terms
         ]
         self._block_Z = [Z.T.tocsr() for Z in self._block_ZT]
+        self._block_values = [np.asarray(terms[i].values, dtype=float) for i in plan.block_terms]
+
+        def pair(a, b):
+            # the rows' cells of Z_a^T W Z_b, flattened, and their value products
+            ta, tb = terms[a], terms[b]
+            index = ta.index.astype(np.intp) * tb.n_levels + tb.index.astype(np.intp)
+            return index, ta.values * tb.values, (ta.n_levels, tb.n_levels)
+
+        core = plan.core_terms
+        self._core_pairs = [[pair(a, b) for b in core[: i + 1]] for i, a in enumerate(core)]
+        self._block_pairs = [[pair(k, c) for c in core] for k in plan.block_terms]
         # core columns of each core term, and of the common coefficients
         core_starts = np.cumsum([p] + [terms[i].n_levels for i in plan.core_terms])
         self._core_cols = [
@@ -291,32 +305,42 @@ class CrossedKernel:
         p = self.problem.p
         return np.concatenate([self.X.T @ v if p else np.zeros(0)] + [ZT @ v for ZT in self._core_ZT])
 
-    def core_gram(self, w) -> np.ndarray:
-        """``core^T W core``: the common block by BLAS, the small factors' by sparse sums."""
+    def core_gram(self, w, Xw=None) -> np.ndarray:
+        """``core^T W core``: the common block by BLAS, the small factors' by sums over the
+        rows (``Xw`` is ``X`` with its rows scaled by ``w``, when already at hand)."""
         p, pc = self.problem.p, self.pc
         gram = np.zeros((pc, pc))
-        Xw = self.X * w[:, None] if p else None
         if p:
+            Xw = self.X * w[:, None] if Xw is None else Xw
             gram[:p, :p] = Xw.T @ self.X
         for a, (ZTa, ca) in enumerate(zip(self._core_ZT, self._core_cols)):
             if p:
                 gram[ca, :p] = ZTa @ Xw
                 gram[:p, ca] = gram[ca, :p].T
-            for ZTb, cb in zip(self._core_ZT[: a + 1], self._core_cols[: a + 1]):
-                block = (ZTa.multiply(w[None, :]) @ ZTb.T).toarray()
+            for b in range(a + 1):
+                block = self._pair_sums(self._core_pairs[a][b], w)
+                cb = self._core_cols[b]
                 gram[ca, cb] = block
                 gram[cb, ca] = block.T
         return gram
 
-    def block_cross(self, k, w) -> tuple:
+    @staticmethod
+    def _pair_sums(pair, w) -> np.ndarray:
+        """``Z_a^T W Z_b`` as a dense ``L_a x L_b`` array, one pass over the rows."""
+        index, values, shape = pair
+        sums = np.bincount(index, weights=w * values, minlength=shape[0] * shape[1])
+        return sums.reshape(shape)
+
+    def block_cross(self, k, w, Xw=None) -> tuple:
         """``(Z_k^T W core, diag(Z_k^T W Z_k))``."""
         ZT = self._block_ZT[k]
         p = self.problem.p
-        ZTw = ZT.multiply(w[None, :]).tocsr()
-        parts = [ZTw @ self.X] if p else []
-        parts += [(ZTw @ Zc.T).toarray() for Zc in self._core_ZT]
+        parts = []
+        if p:
+            parts.append(ZT @ (self.X * w[:, None] if Xw is None else Xw))
+        parts += [self._pair_sums(pair, w) for pair in self._block_pairs[k]]
         G = np.hstack(parts) if parts else np.zeros((ZT.shape[0], 0))
-        wk = np.asarray(ZTw.multiply(ZT).sum(axis=1)).ravel()
+        wk = ZT @ (w * self._block_values[k])
         return np.ascontiguousarray(G), wk
 
     def evaluate(self, h, k, pieces: _Pieces) -> _Block | None:
@@ -401,7 +425,8 @@ class CrossedKernel:
             w, gram, target = None, self._gram, self.problem.y - self.offset
         else:
             w = self.rows.draw(eta_core + sum(block_eta) + self.offset, rng)
-            gram = self.core_gram(w)
+            Xw = self.X * w[:, None]
+            gram = self.core_gram(w, Xw)
             target = None
         K = h.size
         acc_sum, acc_n = np.zeros(K), np.zeros(K)
@@ -414,7 +439,7 @@ class CrossedKernel:
                 rr = float(rw @ rw)
             else:
                 rw = self.rows.kappa - w * (self.offset + others)
-                G, wk = self.block_cross(k, w)
+                G, wk = self.block_cross(k, w, Xw)
                 rr = 0.0
             pieces = _Pieces(gram, G, wk, self.core_transpose(rw), self._block_ZT[k] @ rw, rr)
             cur = self.evaluate(h, k, pieces)

@@ -135,8 +135,9 @@ class MixedSplitGibbs(BaseSplitGibbs):
       are rarely accepted in tuning (too many coefficients for one Gaussian proposal)
       changes over to the exact Pólya-Gamma Gibbs kernel
       (:class:`pymc_sgs.mixed.polya_gamma.PolyaGammaKernel`; ``PROBE_DRAWS``,
-      ``SWITCH_ACCEPT``), blocked as for a linear mixed model when the model has several
-      large grouping factors (:class:`pymc_sgs.mixed.crossed.CrossedKernel`).
+      ``SWITCH_ACCEPT``). With several large grouping factors (and an expensive joint
+      factorization) every chain runs that kernel blocked as for a linear mixed model from
+      its start, without the probe (:class:`pymc_sgs.mixed.crossed.CrossedKernel`).
     * Student-t likelihood (identity link; ``sigma`` and ``nu`` fixed or free),
       ``rho="auto"``: exact Gibbs through the t's scale mixture of normals (row
       precisions given the coefficients, then the collapsed block of a linear mixed model,
@@ -278,11 +279,10 @@ class MixedSplitGibbs(BaseSplitGibbs):
         )
         h0 = mixed.layout.from_point(model.initial_point(), problem.hyper, problem.hyper_cov)[0]
         self.mode = hyper_mode(kernel, h0)
-        # such a chain changes over to the blocked kernel (pymc_sgs.mixed.crossed) instead of
-        # the collapsed one when the model has two large grouping factors or more and the
-        # collapsed kernel's factorization is expensive (InstEval: a 1,152 x 1,152 dense
-        # Schur complement, three factorizations an iteration)
-        # and so does a linear mixed model's chain, from its start
+        # a logistic GLMM's or linear mixed model's chain runs the blocked kernel
+        # (pymc_sgs.mixed.crossed) when the model has two large grouping factors or more and
+        # the collapsed kernel's factorization is expensive (InstEval: a 1,152 x 1,152
+        # dense Schur complement, one to three factorizations an iteration)
         self.crossed = None
         lmm = problem.family is None
         if (self.can_augment or lmm) and kernel.precision.factor_cost() >= EXPENSIVE_FACTOR:
@@ -414,6 +414,12 @@ class MixedSplitGibbs(BaseSplitGibbs):
             self._check_data = False
         if self.state is None:
             self.state = self._start()
+            if self.crossed is not None and self.can_augment:
+                # no probe: each Laplace iteration factors the expensive joint precision, and
+                # on both crossed logistic GLMMs measured its proposal failed the probe
+                # (InstEval; synthetic, n = 1e5 with 1,000 x 500 levels), costing 30% of
+                # InstEval's sampling time before the change-over
+                self.state = self._change_over(self.state)
         kernel = self._active_kernel()
         n_hyper_moves = self.hyper_moves[0] if self.problem.hyper_size else 0
         if isinstance(kernel, LaplaceJointKernel):
