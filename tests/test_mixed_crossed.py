@@ -3,7 +3,8 @@
 * One block's integration against the closed form: with ``(core, v_k)`` integrated out,
   ``r ~ N(0, s^2 W^-1 + A_k Lambda^-1 A_k^T)``; the log density's differences between
   hyperparameter values, and the conditional mean and covariance of ``(core, v_k)``, match
-  the dense computation to rounding (Pólya-Gamma weights; a linear mixed model's sigma).
+  the dense computation to rounding (Pólya-Gamma weights; a linear mixed model's sigma;
+  slope terms, whose value columns are not 1).
 * Which models it applies to (:func:`crossed_plan`).
 * The chain on a small crossed Binomial GLMM against the collapsed Pólya-Gamma kernel, and
   on a small crossed linear mixed model against the collapsed kernel (both exact, tested
@@ -34,9 +35,11 @@ from pymc_sgs.mixed.problem import GroupTerm, MixedProblem
 from .test_mixed_kernel import half_normal_log_sd
 
 
-def crossed_binomial(seed=0, n=300, L1=9, L2=7, L3=3, trials=4, gaussian=False):
+def crossed_binomial(seed=0, n=300, L1=9, L2=7, L3=3, trials=4, gaussian=False, slopes=False):
     """Binomial logit (or Normal, sigma 0.7 with a HalfNormal(1) prior on it, ``gaussian``):
-    two crossed factors (L1, L2 levels), a small one (L3), two common coefficients."""
+    two crossed factors (L1, L2 levels), a small one (L3), two common coefficients. With
+    ``slopes`` the second large factor's and the small factor's terms are slopes on ``x``
+    (value columns other than 1)."""
     rng = np.random.default_rng(seed)
     g1, g2, g3 = rng.integers(0, L1, n), rng.integers(0, L2, n), rng.integers(0, L3, n)
     x = rng.normal(size=n)
@@ -62,9 +65,9 @@ def crossed_binomial(seed=0, n=300, L1=9, L2=7, L3=3, trials=4, gaussian=False):
         beta_mean=np.array([0.1, 0.0]),
         beta_precision=np.array([0.25, 1.0]),
         terms=(
-            GroupTerm("1|g3", "g3", g3, np.ones(n), L3, 0),
+            GroupTerm("1|g3", "g3", g3, x if slopes else np.ones(n), L3, 0),
             GroupTerm("1|g1", "g1", g1, np.ones(n), L1, 1),
-            GroupTerm("1|g2", "g2", g2, np.ones(n), L2, 2),
+            GroupTerm("1|g2", "g2", g2, x if slopes else np.ones(n), L2, 2),
         ),
         hyper=hyper,
         hyper_size=4 if gaussian else 3,
@@ -136,9 +139,9 @@ def _dense_block(kernel, k, w, r, h):
     return log_marg, Qinv @ (inv_s2 * A.T @ (w * r)), Qinv
 
 
-@pytest.mark.parametrize("gaussian", [False, True])
-def test_block_integration_matches_dense_closed_form(gaussian):
-    problem = crossed_binomial(n=120, gaussian=gaussian)
+@pytest.mark.parametrize("gaussian, slopes", [(False, False), (True, False), (False, True)])
+def test_block_integration_matches_dense_closed_form(gaussian, slopes):
+    problem = crossed_binomial(n=120, gaussian=gaussian, slopes=slopes)
     kernel = CrossedKernel(problem, _plan(problem))
     rng = np.random.default_rng(3)
     # Pólya-Gamma-like weights, or the unit weights of a linear mixed model

@@ -114,14 +114,13 @@ def crossed_plan(
     """The blocks of :class:`CrossedKernel` for ``problem``, or None where the kernel does
     not apply or brings nothing.
 
-    It applies to a linear mixed model or a Bernoulli or Binomial logit GLMM whose group
-    effects are independent
-    (no correlated blocks) and whose large grouping factors (more than
-    ``core_levels`` levels) carry one term each, at least two of them; every coordinate of
-    ``h`` must set the sd of the core's terms (or the observation sd) or of one large
-    factor's term only. ``h`` is
-    a valid hyperparameter value (the mode) at which that is checked. The small factors
-    join the core, smallest first, while it has at most ``core_max`` coefficients.
+    It applies to a linear mixed model or a Bernoulli or Binomial logit GLMM with
+    independent group effects (no correlated blocks) whose large grouping factors (more
+    than ``core_levels`` levels) carry one term each, at least two of them. Every
+    coordinate of ``h`` must set the sds of the core's terms (or the observation sd) or
+    the sd of one large factor's term only; this is checked numerically at ``h``, a valid
+    hyperparameter value (the mode). The small factors join the core, smallest first,
+    while it has at most ``core_max`` coefficients.
     """
     gaussian = problem.family is None
     if not (gaussian or polya_gamma_applies(problem.family)) or problem.correlated:
