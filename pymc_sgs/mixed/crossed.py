@@ -81,11 +81,7 @@ class CrossedPlan(NamedTuple):
 
 class CrossedInfo(NamedTuple):
     hyper_accept: float  # mean acceptance probability of all hyperparameter moves
-    walk_accept: float  # the same (every move is a random walk)
-    log_weight: float  # 0: nothing is split
-    n_proposals: int  # 0
-    indep_accept: float  # nan: no independence moves
-    coord_accept: np.ndarray  # mean acceptance of the moves of each coordinate of h
+    coord_accept: np.ndarray  # ... of the moves of each coordinate of h (nan: none made)
 
 
 def _influence(problem, h, step: float = 0.25):
@@ -192,7 +188,6 @@ class _Block(NamedTuple):
     chol: np.ndarray  # lower Cholesky factor of the Schur complement onto the core
     mean: np.ndarray  # the core's conditional mean
     D: np.ndarray  # the block's diagonal precision
-    sds: np.ndarray
     inv_s2: float  # 1 / sigma^2 of a linear mixed model, else 1
 
 
@@ -225,7 +220,7 @@ class CrossedKernel:
         self.offset = problem.offset + (self.X @ problem.beta_mean if p else 0.0)
         starts = np.cumsum([p] + [t.n_levels for t in terms])
         self.slices = [slice(int(starts[i]), int(starts[i + 1])) for i in range(len(terms))]
-        self.dim = int(starts[-1])
+        self.dim = problem.dim
         self.coef_mean = np.concatenate([problem.beta_mean, np.zeros(self.dim - p)])
         # the core's coefficients inside the full vector, in core order
         self.core_pos = np.concatenate(
@@ -240,7 +235,6 @@ class CrossedKernel:
             _level_matrix(terms[i].index, terms[i].values, terms[i].n_levels)
             for i in plan.block_terms
         ]
-        self._block_Z = [Z.T.tocsr() for Z in self._block_ZT]
         self._block_values = [np.asarray(terms[i].values, dtype=float) for i in plan.block_terms]
 
         def pair(a, b):
@@ -255,8 +249,7 @@ class CrossedKernel:
         # core columns of each core term, and of the common coefficients
         core_starts = np.cumsum([p] + [terms[i].n_levels for i in plan.core_terms])
         self._core_cols = [
-            slice(int(core_starts[j]), int(core_starts[j + 1]))
-            for j in range(len(plan.core_terms))
+            slice(int(core_starts[j]), int(core_starts[j + 1])) for j in range(len(plan.core_terms))
         ]
         self.beta_precision = np.asarray(problem.beta_precision, dtype=float)
         #: hyperparameter moves per iteration
@@ -285,24 +278,34 @@ class CrossedKernel:
         with np.errstate(over="ignore", divide="ignore"):
             lam = np.concatenate(
                 [self.beta_precision]
-                + [np.full(terms[i].n_levels, sds[terms[i].scale] ** -2.0) for i in self.plan.core_terms]
+                + [
+                    np.full(terms[i].n_levels, sds[terms[i].scale] ** -2.0)
+                    for i in self.plan.core_terms
+                ]
             )
         if not np.all(np.isfinite(lam)):
             return None
         return float(lp), np.asarray(sds, dtype=float), lam, inv_s2
 
+    def term_times(self, i, levels) -> np.ndarray:
+        """Term ``i``'s part of the linear predictor: ``values * levels[index]``."""
+        t = self.problem.terms[i]
+        return t.values * levels[t.index]
+
     def core_times(self, core) -> np.ndarray:
         """The core's part of the linear predictor."""
         p = self.problem.p
         out = self.X @ core[:p] if p else np.zeros(self.problem.n)
-        for ZT, cols in zip(self._core_ZT, self._core_cols):
-            out = out + ZT.T @ core[cols]
+        for i, cols in zip(self.plan.core_terms, self._core_cols):
+            out = out + self.term_times(i, core[cols])
         return out
 
     def core_transpose(self, v) -> np.ndarray:
         """``core^T v``."""
         p = self.problem.p
-        return np.concatenate([self.X.T @ v if p else np.zeros(0)] + [ZT @ v for ZT in self._core_ZT])
+        return np.concatenate(
+            [self.X.T @ v if p else np.zeros(0)] + [ZT @ v for ZT in self._core_ZT]
+        )
 
     def core_gram(self, w, Xw=None) -> np.ndarray:
         """``core^T W core``: the common block by BLAS, the small factors' by sums over the
@@ -387,7 +390,7 @@ class CrossedKernel:
             val += 0.5 * self.problem.n * np.log(inv_s2) - 0.5 * pieces.rr
         if not np.isfinite(val):
             return None
-        return _Block(val, chol, mean, D, sds, inv_s2)
+        return _Block(val, chol, mean, D, inv_s2)
 
     def draw_block(self, ev: _Block, k, pieces: _Pieces, rng):
         """``(core, v_k)`` from their Gaussian conditional (deviations from the prior mean)."""
@@ -395,8 +398,10 @@ class CrossedKernel:
         noise, info = dtrtrs(ev.chol, eps, lower=1, trans=1)
         core = ev.mean + noise
         s = ev.inv_s2
-        vk = (pieces.bk * s - (pieces.G * s) @ core) / ev.D if self.gaussian else (
-            (pieces.bk - pieces.G @ core) / ev.D
+        vk = (
+            (pieces.bk * s - (pieces.G * s) @ core) / ev.D
+            if self.gaussian
+            else ((pieces.bk - pieces.G @ core) / ev.D)
         )
         vk = vk + rng.standard_normal(ev.D.size) / np.sqrt(ev.D)
         return core, vk
@@ -419,17 +424,17 @@ class CrossedKernel:
         c = np.asarray(state.coef, dtype=float) - self.coef_mean
         core = c[self.core_pos]
         eta_core = self.core_times(core)
-        block_eta = [Z @ c[self.slices[i]] for Z, i in zip(self._block_Z, self.plan.block_terms)]
+        block_eta = [self.term_times(i, c[self.slices[i]]) for i in self.plan.block_terms]
+        total = sum(block_eta)
         if self.gaussian:
             w, gram, target = None, self._gram, self.problem.y - self.offset
         else:
-            w = self.rows.draw(eta_core + sum(block_eta) + self.offset, rng)
+            w = self.rows.draw(eta_core + total + self.offset, rng)
             Xw = self.X * w[:, None]
             gram = self.core_gram(w, Xw)
             target = None
         K = h.size
         acc_sum, acc_n = np.zeros(K), np.zeros(K)
-        total = sum(block_eta)
         for k, i in enumerate(self.plan.block_terms):
             others = total - block_eta[k]
             if self.gaussian:
@@ -461,11 +466,11 @@ class CrossedKernel:
                     h, cur = h_new, prop
             core, vk = self.draw_block(cur, k, pieces, rng)
             c[self.slices[i]] = vk
-            new_eta = self._block_Z[k] @ vk
+            new_eta = self.term_times(i, vk)
             total = others + new_eta
             block_eta[k] = new_eta
         c[self.core_pos] = core
         coord = np.where(acc_n > 0, acc_sum / np.maximum(acc_n, 1), np.nan)
         mean_acc = float(acc_sum.sum() / acc_n.sum()) if acc_n.sum() else 1.0
-        info = CrossedInfo(mean_acc, mean_acc, 0.0, 0, float("nan"), coord)
+        info = CrossedInfo(mean_acc, coord)
         return MixedState(h, c + self.coef_mean, None, None), info

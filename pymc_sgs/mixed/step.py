@@ -272,8 +272,9 @@ class MixedSplitGibbs(BaseSplitGibbs):
         else:
             kernel = LaplaceJointKernel(problem)
             self.rho = float("nan") if self.auto_rho else float(rho)
-        # built on a chain's first change-over (PROBE_DRAWS): most models never need it
-        self._pg_kernel = None
+        # the Pólya-Gamma kernel (collapsed or blocked) or a crossed linear mixed model's
+        # blocked kernel, built on first use: most models never need it
+        self._second_kernel = None
         self.can_augment = (
             problem.family is not None and self.auto_rho and polya_gamma_applies(problem.family)
         )
@@ -347,18 +348,18 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.coord_log_scales = np.zeros(self.problem.hyper_size)
 
     @property
-    def pg_kernel(self) -> PolyaGammaKernel | CrossedKernel:
+    def second_kernel(self) -> PolyaGammaKernel | CrossedKernel:
         """The kernel a logistic GLMM's chain changes over to, or the blocked kernel a crossed
         linear mixed model runs (built on first use)."""
-        if self._pg_kernel is None:
+        if self._second_kernel is None:
             if self.crossed is not None:
-                self._pg_kernel = CrossedKernel(self.problem, self.crossed)
+                self._second_kernel = CrossedKernel(self.problem, self.crossed)
             else:
-                self._pg_kernel = PolyaGammaKernel(self.problem)
-        return self._pg_kernel
+                self._second_kernel = PolyaGammaKernel(self.problem)
+        return self._second_kernel
 
     def _active_kernel(self):
-        return self.pg_kernel if (self.augmented or self.blocked_lmm) else self.kernel
+        return self.second_kernel if (self.augmented or self.blocked_lmm) else self.kernel
 
     def _change_over(self, state):
         """Continue the chain on the Pólya-Gamma kernel from the Laplace kernel's state.
@@ -373,7 +374,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
         self.coord_log_scales = np.zeros(self.problem.hyper_size)
         self.feedback["tune_draws"] = 0
         coef = state.coef + self.kernel.coef_mean
-        return self.pg_kernel.init(state.h, coef)
+        return self.second_kernel.init(state.h, coef)
 
     def _proposal(self) -> HyperProposal:
         K = self.problem.hyper_size
@@ -449,9 +450,9 @@ class MixedSplitGibbs(BaseSplitGibbs):
             t = self.feedback["tune_draws"] = self.feedback["tune_draws"] + 1
             if isinstance(kernel, CrossedKernel):
                 moved = np.isfinite(info.coord_accept)
-                self.coord_log_scales[moved] += (
-                    info.coord_accept[moved] - COORD_TARGET
-                ) / np.sqrt(t)
+                self.coord_log_scales[moved] += (info.coord_accept[moved] - COORD_TARGET) / np.sqrt(
+                    t
+                )
             elif self.hyper_moves[1]:  # (a chain that has dropped the walk leaves its scale)
                 self.walk_log_scale += (info.walk_accept - WALK_TARGET) / np.sqrt(t)
             if self.problem.hyper_size:
