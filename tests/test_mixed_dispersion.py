@@ -32,12 +32,13 @@ import scipy.special
 
 import pymc_sgs
 from pymc_sgs.graph import UnsupportedModelError
+from pymc_sgs.mixed.family_slice import slice_update
 from pymc_sgs.mixed.joint import LaplaceJointKernel
 from pymc_sgs.mixed.kernel import HyperProposal
-from pymc_sgs.mixed.laplace import hyper_mode
+from pymc_sgs.mixed.laplace import hyper_mode, likelihood_constant
 from pymc_sgs.mixed.read import read_mixed_model
 from pymc_sgs.mixed.scale_mixture import SLICE_WIDTH, StudentTKernel
-from pymc_sgs.mixed.step import MixedSplitGibbs
+from pymc_sgs.mixed.step import FAMILY_SLICE_WIDTH, MixedSplitGibbs
 
 # two levels, the first with little data
 NB_COUNTS = ([0, 2, 1], [7, 3, 12, 5, 0, 9])
@@ -47,6 +48,8 @@ T_Y = ([0.3, -0.5, 4.0], [2.1, 1.4, 2.8, 1.9, 9.0, 2.2])
 #: the fixed parameter of the Student-t cases: nu (k is sigma), then sigma (k is nu)
 T_NU, T_SIGMA = 4.0, 0.5
 CASES = ["negativebinomial", "gamma", "studentt", "studentt_nu"]
+#: iterations of the GLMM kernel's chains checked against quadrature
+N_ITER = 12_000
 T_CASES = ["studentt", "studentt_nu"]
 
 
@@ -127,15 +130,35 @@ def quadrature_means(case):
     ]
 
 
+def _without_constant(kernel, h, eta, log_likelihood=None):
+    """The slice update's density without the likelihood's parameter-only part."""
+    p = kernel.problem
+    fam = p.family_at(h)
+    const = likelihood_constant(fam, p.y, p.trials) if fam is not None else 0.0
+    return LaplaceJointKernel.family_log_density(kernel, h, eta, log_likelihood) - const
+
+
 class _NoConstant(LaplaceJointKernel):
-    """The likelihood without its parameter-only part: a wrong target for ``k``."""
+    """The likelihood without its parameter-only part, in the joint moves and in the slice
+    update given the coefficients: a wrong target for ``k``."""
 
     def fit(self, h, c0=None, slot=0):
         f = super().fit(h, c0, slot)
         return None if f is None else f._replace(lik_const=0.0)
 
+    def family_log_density(self, h, eta, log_likelihood=None):
+        return _without_constant(self, h, eta, log_likelihood)
 
-def run(kernel_class, case, n_iter, seed):
+
+class _SliceNoConstant(LaplaceJointKernel):
+    """The slice update given the coefficients without the likelihood's parameter-only
+    part: a wrong conditional (the joint moves stay right)."""
+
+    def family_log_density(self, h, eta, log_likelihood=None):
+        return _without_constant(self, h, eta, log_likelihood)
+
+
+def run(kernel_class, case, n_iter, seed, family_slice_width=FAMILY_SLICE_WIDTH):
     problem = read_mixed_model(model(case)).problem
     kernel = kernel_class(problem)
     rng = np.random.default_rng(seed)
@@ -146,7 +169,9 @@ def run(kernel_class, case, n_iter, seed):
     state = kernel.init(mode.h, mode.coef)
     out = np.empty((n_iter, 4))
     for i in range(n_iter):
-        state, _ = kernel.step(state, rng, prop, coef_moves=3)
+        state, _ = kernel.step(
+            state, rng, prop, coef_moves=3, family_slice_width=family_slice_width
+        )
         sds = problem.hyper(state.h)[1]
         (k,) = problem.family_params(state.h).values()
         out[i] = sds[0], k, *(state.coef + kernel.coef_mean)
@@ -164,11 +189,79 @@ def _z(draws, refs):
 
 @pytest.mark.parametrize("case", ["negativebinomial", "gamma"])
 def test_free_parameter_matches_quadrature_and_its_constant_matters(case):
+    """The kernel as the step runs it: joint moves, then the slice update of ``k`` given
+    the coefficients."""
     refs = quadrature_means(case)
-    draws = run(LaplaceJointKernel, case, 20_000, seed=4)
+    draws = run(LaplaceJointKernel, case, N_ITER, seed=4)
     assert np.all(_z(draws, refs) < 4), (_z(draws, refs), refs, draws.mean(axis=0))
-    wrong = run(_NoConstant, case, 20_000, seed=4)
-    assert _z(wrong, refs)[1] > 4
+    wrong = run(_NoConstant, case, N_ITER, seed=4)
+    assert _z(wrong, refs)[1] > 4, (_z(wrong, refs), refs, wrong.mean(axis=0))
+
+
+def test_slice_update_of_the_free_parameter_is_checked_on_its_own():
+    """Negative control of the slice update alone: without the likelihood's
+    parameter-only part in its conditional the chain targets another posterior, and the
+    quadrature check rejects it (the joint moves, which are right, do not pull it back)."""
+    refs = quadrature_means("negativebinomial")
+    wrong = run(_SliceNoConstant, "negativebinomial", N_ITER, seed=4)
+    assert _z(wrong, refs)[1] > 4, (_z(wrong, refs), refs, wrong.mean(axis=0))
+
+
+@pytest.mark.parametrize("case", ["negativebinomial", "gamma"])
+def test_slice_density_of_the_free_parameter_is_the_models(case):
+    """The slice update's density differs between two values of ``k`` (coefficients and
+    group sd fixed) as PyMC's joint log density does; ``k``'s coordinate is the only one
+    it moves."""
+    m = model(case)
+    problem = read_mixed_model(m).problem
+    kernel = LaplaceJointKernel(problem)
+    h1 = np.array([np.log(0.8), np.log(1.5)])
+    assert kernel.family_coordinates(h1).tolist() == [1]
+    coef = np.array([0.4, 2.1])
+    eta = kernel.eta(coef)
+    logp = m.compile_logp()
+    names = [v.name for v in m.value_vars]
+
+    def point(h):
+        return {names[0]: h[0], "u": coef, names[2]: h[1]}
+
+    for step in (0.6, -1.3):
+        h2 = h1 + np.array([0.0, step])
+        diff = kernel.family_log_density(h2, eta) - kernel.family_log_density(h1, eta)
+        assert diff == pytest.approx(logp(point(h2)) - logp(point(h1)), rel=1e-10, abs=1e-10)
+        # the precomputed likelihood (distinct counts summed once) agrees with the rows' sum
+        rows = problem.family_at(h2).log_likelihood(eta, problem.y, problem.trials)
+        direct = problem.hyper(h2)[0] + float(np.sum(rows))
+        assert kernel.family_log_density(h2, eta) == pytest.approx(direct, rel=1e-12)
+    assert kernel.family_log_density(np.array([0.0, 800.0]), eta) == -np.inf
+
+
+def test_slice_update_keeps_the_fit_consistent_with_the_state():
+    """After the slice update the kernel's fit and the state's ``eps``, log density and
+    proposal density are those at the new ``h`` (the next joint move's ratio reads them)."""
+    problem = read_mixed_model(model("negativebinomial")).problem
+    kernel = LaplaceJointKernel(problem)
+    mode = hyper_mode(kernel, np.zeros(2))
+    kernel.set_reference(mode.coef, mode.row_weights, mode.h)
+    chol = np.linalg.cholesky(mode.h_cov)
+    prop = HyperProposal(
+        walk_chol=1.5 * chol, centre=mode.h, indep_chol=1.2 * chol, df=4.0, moves=0
+    )
+    state = kernel.init(mode.h, mode.coef)
+    rng = np.random.default_rng(0)
+    moved = 0
+    for _ in range(20):
+        before = state.h.copy()
+        state, _ = kernel.step(state, rng, prop, coef_moves=0, family_slice_width=3.0)
+        moved += not np.array_equal(before, state.h)
+        fit = kernel._fit
+        assert np.array_equal(fit.h, state.h)
+        fresh = kernel.fit(state.h, slot=1 - fit.slot)
+        eps = fresh.factor.whiten(state.coef - fresh.mode)
+        np.testing.assert_allclose(state.eps, eps, rtol=1e-9, atol=1e-9)
+        assert state.log_post == pytest.approx(kernel.log_joint(fresh, state.coef), rel=1e-12)
+        assert state.log_q == pytest.approx(kernel.log_q(eps, fresh), rel=1e-9)
+    assert moved == 20  # proposal.moves is 0 here: the slice update moved h every time
 
 
 class _BlindPrecisions(StudentTKernel):
@@ -351,3 +444,29 @@ def test_free_likelihood_parameters_keep_the_family_order(first):
         pm.StudentT("y", nu=params["nu"], mu=u[g], sigma=params["sigma"], observed=y)
     names = read_mixed_model(m).hyper_names
     assert names == ["tau_log__", "nu_log__", "sigma_log__"]
+
+
+def test_slice_update_restricted_by_admissible_targets_the_restriction():
+    """``slice_update(..., admissible=...)`` steps out on the density alone and stops only
+    at admissible points: on a standard normal restricted to ``x > 0`` its draws have the
+    half-normal's mean and variance; without the restriction the same check fails."""
+    rng = np.random.default_rng(3)
+
+    def log_density(x):
+        return -0.5 * float(x[0] ** 2)
+
+    def chain(admissible, n=20_000):
+        x, out = np.array([0.5]), np.empty(n)
+        for i in range(n):
+            x = slice_update(log_density, x, np.array([0]), np.array([[2.0]]), rng, admissible)
+            out[i] = x[0]
+        return out
+
+    draws = chain(lambda x: x[0] > 0.0)
+    assert draws.min() > 0.0
+    mean, var = np.sqrt(2.0 / np.pi), 1.0 - 2.0 / np.pi
+    z_mean = abs(draws.mean() - mean) / float(az.mcse(draws[None, :], method="mean"))
+    z_sq = abs(np.mean(draws**2) - 1.0) / float(az.mcse(draws[None, :] ** 2, method="mean"))
+    assert z_mean < 4 and z_sq < 4, (z_mean, z_sq, draws.mean(), draws.var(), var)
+    free = chain(None)
+    assert abs(free.mean() - mean) / float(az.mcse(free[None, :], method="mean")) > 4

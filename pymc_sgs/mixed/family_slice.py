@@ -63,7 +63,7 @@ def sub_cholesky(scale, coords) -> np.ndarray:
     return np.linalg.cholesky(cov + 1e-12 * np.eye(coords.size))
 
 
-def slice_update(log_density, h, coords, directions, rng) -> np.ndarray:
+def slice_update(log_density, h, coords, directions, rng, admissible=None) -> np.ndarray:
     """One slice-sampling update of ``h`` along each column of ``directions`` in turn.
 
     Parameters
@@ -77,6 +77,13 @@ def slice_update(log_density, h, coords, directions, rng) -> np.ndarray:
     directions : ndarray, shape (len(coords), m)
         One update along each column, whose length is the initial slice width.
     rng : numpy.random.Generator
+    admissible : callable, optional
+        ``h -> bool``: a point the shrinkage may only stop at when this holds (the target
+        restricted to where it holds; the current point must satisfy it). It is checked
+        after the density, so only at the points the shrinkage would accept. The interval
+        is stepped out on ``log_density`` alone: for every point of the restricted slice
+        in the interval, stepping out from there finds the same interval with the same
+        probability, which is all the update's reversibility needs (Neal, 2003, sec. 4.3).
 
     Returns
     -------
@@ -105,7 +112,7 @@ def slice_update(log_density, h, coords, directions, rng) -> np.ndarray:
         while True:
             t = lo + (hi - lo) * rng.uniform()
             f_cur = f(t)
-            if f_cur > log_y:
+            if f_cur > log_y and (admissible is None or admissible(h0 + t * d)):
                 break
             if t < 0:
                 lo = t

@@ -50,6 +50,7 @@ import numpy as np
 
 from ..defensive import heavy_scale, log_mixture_density
 from ..fused import csr_potential_sum, family_code, row_parameter
+from .family_slice import family_coordinates, slice_update, sub_cholesky
 from .kernel import HyperProposal, MixedKernel, accept_prob
 from .laplace import coef_mode, likelihood_constant
 
@@ -116,6 +117,9 @@ class LaplaceJointKernel(MixedKernel):
         self.tail_weight, self.tail_df = float(tail_weight), float(tail_df)
         self._fit = None
         self._reference = None
+        # the coordinates of h that set the likelihood's free parameters and leave the term
+        # sds alone (found at the first slice update; None: not yet looked for)
+        self._family_coords = None
         code = family_code(problem.family)
         # the likelihood of every proposal in one compiled pass (numpy is the reference)
         self._compiled = None
@@ -286,9 +290,12 @@ class LaplaceJointKernel(MixedKernel):
         coef_moves: int = 1,
         local_moves: int = 0,
         local_rho: float = 0.8,
+        family_slice_width: float = 0.0,
     ):
         """One iteration: the ``(h, c)`` moves, ``coef_moves`` independence moves of ``c``,
-        then ``local_moves`` autoregressive moves of ``c`` (see :meth:`local_move`)."""
+        ``local_moves`` autoregressive moves of ``c`` (see :meth:`local_move`), then, when
+        ``family_slice_width`` is positive, a slice update of the likelihood's free
+        parameters given ``c`` (see :meth:`family_update`)."""
         fit = self._fit
         if fit is None or not np.array_equal(fit.h, state.h):
             fit = self.fit(state.h, state.coef)
@@ -323,6 +330,8 @@ class LaplaceJointKernel(MixedKernel):
         for _ in range(local_moves):
             state, a = self.local_move(state, fit, rng, local_rho)
             l_acc += a
+        if family_slice_width > 0.0:
+            state, fit = self.family_update(state, fit, proposal, family_slice_width, rng)
         self._fit = fit
         info = JointInfo(
             h_acc / n_h if n_h else 1.0,
@@ -352,3 +361,90 @@ class LaplaceJointKernel(MixedKernel):
         if np.log(rng.uniform()) < log_ratio:
             state = new
         return state, a
+
+    def family_coordinates(self, h) -> np.ndarray:
+        """Coordinates of ``h`` that set the likelihood's free parameters (NegativeBinomial
+        ``alpha``, Gamma ``shape``) and leave every term sd alone; empty when there are
+        none."""
+        if self._family_coords is None:
+            coords = family_coordinates(self.problem, h)
+
+            def prior_scales(x):
+                if self._blocks:
+                    _, sds, _, covs = self.problem.hyper_cov(x)
+                    return [np.asarray(sds, dtype=float)] + [np.asarray(c) for c in covs]
+                return [np.asarray(self.hyper_values(x)[1], dtype=float)]
+
+            base = prior_scales(h)
+            keep = []
+            for k in coords:
+                e = np.array(h, dtype=float)
+                e[k] += 0.5
+                moved = prior_scales(e)
+                if all(np.array_equal(a, b) for a, b in zip(base, moved, strict=True)):
+                    keep.append(k)
+            self._family_coords = np.array(keep, dtype=np.intp)
+        return self._family_coords
+
+    def family_log_density(self, h, eta, log_likelihood=None) -> float:
+        """``log p(h) + log p(y | eta, h)`` up to a constant: the density of the family
+        coordinates of ``h`` given the coefficients (``log p(c | h)`` does not depend on
+        them, see :meth:`family_coordinates`).
+
+        ``log_likelihood``: the family's
+        :meth:`~pymc_sgs.families.Family.nuisance_log_likelihood` at ``eta`` (what does not
+        depend on the parameters computed once), else the rows are summed afresh.
+        """
+        p = self.problem
+        fam = p.family_at(h)
+        if fam is None:
+            return -np.inf
+        if log_likelihood is None:
+            log_likelihood = p.family.nuisance_log_likelihood(eta, p.y, p.trials)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            lp = self.hyper_values(h)[0] + log_likelihood(fam)
+        return lp if np.isfinite(lp) else -np.inf
+
+    def family_update(self, state: JointState, fit: _Fit, proposal, width: float, rng):
+        """A slice update (Neal, 2003) of the likelihood's free parameters given ``c``.
+
+        Their conditional costs one pass over the rows per evaluation and no factorization,
+        and updating a full conditional leaves the posterior invariant. The joint moves
+        change ``alpha`` only with the Laplace-integrated coefficients, through a proposal
+        that has to move every hyperparameter at once; given ``c`` the dispersion is
+        pinned by the residuals alone. The direction and width come from the proposal's
+        scale on those coordinates (``width`` times it). The coefficients stay; their
+        standardised form ``eps`` and the fit are recomputed at the new ``h`` (one
+        factorization). Returns ``(state, fit)``.
+        """
+        coords = self.family_coordinates(state.h)
+        if not coords.size:
+            return state, fit
+        scale = proposal.indep_chol if proposal.indep_chol is not None else proposal.walk_chol
+        directions = width * sub_cholesky(scale, coords)
+        eta = self.A @ state.coef + self.offset
+        p = self.problem
+        log_likelihood = p.family.nuisance_log_likelihood(eta, p.y, p.trials)
+        fits = {}
+
+        def admissible(x):
+            # the target in the joint moves' (h, eps) coordinates lives where the Laplace fit
+            # exists; the fit at the point the update stops at is the new state's
+            fits["last"] = self.fit(x, fit.mode, slot=1 - fit.slot)
+            return fits["last"] is not None
+
+        h = slice_update(
+            lambda x: self.family_log_density(x, eta, log_likelihood),
+            state.h,
+            coords,
+            directions,
+            rng,
+            admissible,
+        )
+        if np.array_equal(h, state.h):
+            return state, fit
+        new_fit = fits["last"]
+        c = state.coef
+        eps = new_fit.factor.whiten(c - new_fit.mode)
+        new = JointState(new_fit.h, c, self.log_joint(new_fit, c), self.log_q(eps, new_fit), eps)
+        return new, new_fit

@@ -596,8 +596,10 @@ class MixedPrecision:
     def _schur(self, lam, blocks, inv_s2):
         L, k, B, R = self.L, self.k, self.B, self.R
         QBB = self.GBB * inv_s2
-        lamB = lam[B].reshape(L, k)
-        QBB[:, np.arange(k), np.arange(k)] += lamB
+        if k == 1:
+            QBB[:, 0, 0] += lam[B]
+        else:
+            QBB[:, np.arange(k), np.arange(k)] += lam[B].reshape(L, k)
         in_R = []
         for (where, place), (_, P) in zip(self._block_places, blocks):
             if where == "B":
@@ -622,7 +624,7 @@ class MixedPrecision:
         QBR = self.GBR * inv_s2
         if R.size:
             S = self.GRR * inv_s2
-            S[np.diag_indices_from(S)] += lam[R]
+            S.flat[:: S.shape[0] + 1] += lam[R]  # the diagonal
             for place, P in in_R:
                 S[place[:, :, None], place[:, None, :]] += P
             if B.size:
@@ -637,6 +639,8 @@ class MixedPrecision:
                             (inv, np.arange(L), np.arange(L + 1)), shape=(L * k, L * k)
                         ).tocsr()
                     S -= (QBR.T @ (Binv @ QBR)).toarray()
+                elif k == 1:
+                    S -= QBR.T @ (inv[:, 0, :] * QBR)
                 else:
                     BQ = np.einsum("lab,lbj->laj", inv, QBR.reshape(L, k, -1)).reshape(L * k, -1)
                     S -= QBR.T @ BQ
