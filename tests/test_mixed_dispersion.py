@@ -38,7 +38,14 @@ from pymc_sgs.mixed.kernel import HyperProposal
 from pymc_sgs.mixed.laplace import hyper_mode, likelihood_constant
 from pymc_sgs.mixed.read import read_mixed_model
 from pymc_sgs.mixed.scale_mixture import SLICE_WIDTH, StudentTKernel
-from pymc_sgs.mixed.step import FAMILY_SLICE_WIDTH, MixedSplitGibbs
+from pymc_sgs.mixed.step import (
+    FAMILY_SLICE_WIDTH,
+    LOCAL_ACCEPT,
+    LOCAL_MOVES,
+    LOCAL_MOVES_POOR,
+    LOCAL_POOR_ACCEPT,
+    MixedSplitGibbs,
+)
 
 # two levels, the first with little data
 NB_COUNTS = ([0, 2, 1], [7, 3, 12, 5, 0, 9])
@@ -470,3 +477,20 @@ def test_slice_update_restricted_by_admissible_targets_the_restriction():
     assert z_mean < 4 and z_sq < 4, (z_mean, z_sq, draws.mean(), draws.var(), var)
     free = chain(None)
     assert abs(free.mean() - mean) / float(az.mcse(free[None, :], method="mean")) > 4
+
+
+def test_chains_with_poor_independence_moves_make_more_autoregressive_moves():
+    """The probe's decision: none at acceptance >= LOCAL_ACCEPT, LOCAL_MOVES_POOR below
+    LOCAL_POOR_ACCEPT when a pass over the rows costs no more than a factorization, else
+    LOCAL_MOVES."""
+    with model("negativebinomial"):
+        step = pymc_sgs.SplitGibbs()
+    kernel = step.kernel
+    cheap = float(kernel.A.nnz)
+    kernel.precision.factor_cost = lambda: cheap  # a pass over the rows costs as much
+    assert step._local_moves_after_probe(LOCAL_ACCEPT) == 0
+    assert step._local_moves_after_probe(LOCAL_POOR_ACCEPT) == LOCAL_MOVES
+    assert step._local_moves_after_probe(LOCAL_POOR_ACCEPT - 0.01) == LOCAL_MOVES_POOR
+    kernel.precision.factor_cost = lambda: cheap - 1.0  # rows dearer than a factorization
+    assert step._local_moves_after_probe(0.0) == LOCAL_MOVES
+    assert LOCAL_MOVES < LOCAL_MOVES_POOR
