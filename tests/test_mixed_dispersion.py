@@ -56,7 +56,7 @@ T_Y = ([0.3, -0.5, 4.0], [2.1, 1.4, 2.8, 1.9, 9.0, 2.2])
 T_NU, T_SIGMA = 4.0, 0.5
 CASES = ["negativebinomial", "gamma", "studentt", "studentt_nu"]
 #: iterations of the GLMM kernel's chains checked against quadrature
-N_ITER = 12_000
+N_ITER = 8_000
 T_CASES = ["studentt", "studentt_nu"]
 
 
