@@ -91,9 +91,10 @@ LOCAL_ACCEPT = 0.9
 #: grouseticks (NegativeBinomial; probe acceptance 0.12-0.47 over 8 seeds, 0.28 over whole
 #: runs), seeds 2-8, 2 x 1000 draws, every chain with 6 moves: max R-hat over its 369
 #: parameters <= 1.01 in 6 of 7 runs, in none with 2 (1.012-1.017), min bulk ESS alike,
-#: 7% more time. cbpp and Contraception (probe acceptance 0.49-0.72) and sleepstudy as a
-#: Gamma model (0.79 over a run) keep LOCAL_MOVES: there 6 moves cost 16-32% more time for
-#: 0-24% more ESS
+#: 10-18% more sampling time (A/B, benchmarks/results/mixed_dispersion_grouseticks.md).
+#: cbpp and Contraception (probe acceptance 0.49-0.72) and sleepstudy as a Gamma model
+#: (0.79 over a run) keep LOCAL_MOVES: there 6 moves cost 16-32% more time for 0-24% more
+#: ESS
 LOCAL_POOR_ACCEPT = 0.4
 LOCAL_MOVES_POOR = 6
 #: logistic GLMMs: tuning iterations on the Laplace kernel after which a chain whose
