@@ -151,7 +151,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
       shape is one of the hyperparameters), ``rho="auto"`` (the default): joint moves of
       ``(h, coefficients)`` whose coefficient part is the Laplace approximation given the
       proposed ``h``, accepted with the exact Metropolis-Hastings ratio, then moves of the
-      coefficients alone (:class:`pymc_sgs.mixed.joint.LaplaceJointKernel`). Exact: there
+      coefficients alone and a slice update of a free ``alpha`` or shape given them
+      (:class:`pymc_sgs.mixed.joint.LaplaceJointKernel`). Exact: there
       is no split, so no rho and no bias. A logistic GLMM's chain whose coefficient moves
       are rarely accepted in tuning (too many coefficients for one Gaussian proposal)
       changes over to the exact Pólya-Gamma Gibbs kernel
