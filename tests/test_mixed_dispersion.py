@@ -137,15 +137,18 @@ def quadrature_means(case):
     ]
 
 
-def _without_constant(kernel, h, eta, log_likelihood=None):
-    """The slice update's density without the likelihood's parameter-only part."""
-    p = kernel.problem
-    fam = p.family_at(h)
-    const = likelihood_constant(fam, p.y, p.trials) if fam is not None else 0.0
-    return LaplaceJointKernel.family_log_density(kernel, h, eta, log_likelihood) - const
+class _SliceNoConstant(LaplaceJointKernel):
+    """The slice update given the coefficients without the likelihood's parameter-only
+    part: a wrong conditional (the joint moves stay right)."""
+
+    def family_log_density(self, h, eta, log_likelihood=None):
+        p = self.problem
+        fam = p.family_at(h)
+        const = likelihood_constant(fam, p.y, p.trials) if fam is not None else 0.0
+        return super().family_log_density(h, eta, log_likelihood) - const
 
 
-class _NoConstant(LaplaceJointKernel):
+class _NoConstant(_SliceNoConstant):
     """The likelihood without its parameter-only part, in the joint moves and in the slice
     update given the coefficients: a wrong target for ``k``."""
 
@@ -153,19 +156,8 @@ class _NoConstant(LaplaceJointKernel):
         f = super().fit(h, c0, slot)
         return None if f is None else f._replace(lik_const=0.0)
 
-    def family_log_density(self, h, eta, log_likelihood=None):
-        return _without_constant(self, h, eta, log_likelihood)
 
-
-class _SliceNoConstant(LaplaceJointKernel):
-    """The slice update given the coefficients without the likelihood's parameter-only
-    part: a wrong conditional (the joint moves stay right)."""
-
-    def family_log_density(self, h, eta, log_likelihood=None):
-        return _without_constant(self, h, eta, log_likelihood)
-
-
-def run(kernel_class, case, n_iter, seed, family_slice_width=FAMILY_SLICE_WIDTH):
+def run(kernel_class, case, n_iter, seed):
     problem = read_mixed_model(model(case)).problem
     kernel = kernel_class(problem)
     rng = np.random.default_rng(seed)
@@ -177,7 +169,7 @@ def run(kernel_class, case, n_iter, seed, family_slice_width=FAMILY_SLICE_WIDTH)
     out = np.empty((n_iter, 4))
     for i in range(n_iter):
         state, _ = kernel.step(
-            state, rng, prop, coef_moves=3, family_slice_width=family_slice_width
+            state, rng, prop, coef_moves=3, family_slice_width=FAMILY_SLICE_WIDTH
         )
         sds = problem.hyper(state.h)[1]
         (k,) = problem.family_params(state.h).values()

@@ -367,22 +367,9 @@ class LaplaceJointKernel(MixedKernel):
         ``alpha``, Gamma ``shape``) and leave every term sd alone; empty when there are
         none."""
         if self._family_coords is None:
-            coords = family_coordinates(self.problem, h)
-
-            def prior_scales(x):
-                if self._blocks:
-                    _, sds, _, covs = self.problem.hyper_cov(x)
-                    return [np.asarray(sds, dtype=float)] + [np.asarray(c) for c in covs]
-                return [np.asarray(self.hyper_values(x)[1], dtype=float)]
-
-            base = prior_scales(h)
-            keep = []
-            for k in coords:
-                e = np.array(h, dtype=float)
-                e[k] += 0.5
-                moved = prior_scales(e)
-                if all(np.array_equal(a, b) for a, b in zip(base, moved, strict=True)):
-                    keep.append(k)
+            keep = [
+                k for k in family_coordinates(self.problem, h) if self.leaves_prior_scales(h, k)
+            ]
             self._family_coords = np.array(keep, dtype=np.intp)
         return self._family_coords
 

@@ -210,6 +210,23 @@ class MixedKernel:
             return None  # an sd so small its precision overflows: no density to speak of
         return float(log_prior), sds, noise_sd, lam
 
+    def leaves_prior_scales(self, h, k: int, step: float = 0.5) -> bool:
+        """Whether moving coordinate ``k`` of ``h`` by ``step`` leaves the group effects'
+        prior alone (the term sds and, for correlated blocks, their covariances): then
+        ``log p(c | h)`` does not depend on that coordinate."""
+
+        def prior_scales(x):
+            if self._blocks:
+                _, sds, _, covs = self.problem.hyper_cov(x)
+                return [np.asarray(sds, dtype=float)] + [np.asarray(c) for c in covs]
+            return [np.asarray(self.hyper_values(x)[1], dtype=float)]
+
+        moved = np.array(h, dtype=float)
+        moved[k] += step
+        return all(
+            np.array_equal(a, b) for a, b in zip(prior_scales(h), prior_scales(moved), strict=True)
+        )
+
     def scales(self, h) -> np.ndarray:
         """Term sds at ``h``: those of the state's factorization when it is ``h``'s."""
         f = self._factored

@@ -135,13 +135,10 @@ class StudentTKernel(AugmentedKernel):
             nu_coords = family_coordinates(self.problem, h, ["nu"])
             free = np.setdiff1d(np.arange(h.shape[0]), nu_coords).astype(np.intp)
             self._coords = (free, params)
-            sds = self.hyper_values(h)[1]
-            only = not self._blocks
-            for k in params:
-                e = np.array(h, dtype=float)
-                e[k] += 0.5
-                only = only and bool(np.array_equal(self.hyper_values(e)[1], sds))
-            self._family_only = only
+            # (correlated blocks: log_conditional's block prior is always computed)
+            self._family_only = not self._blocks and all(
+                self.leaves_prior_scales(h, k) for k in params
+            )
         return self._coords
 
     def draw_precisions(self, coef, fam, rng) -> np.ndarray:

@@ -478,9 +478,8 @@ class MixedSplitGibbs(BaseSplitGibbs):
             t = self.feedback["tune_draws"] = self.feedback["tune_draws"] + 1
             if isinstance(kernel, CrossedKernel):
                 moved = np.isfinite(info.coord_accept)
-                self.coord_log_scales[moved] += (info.coord_accept[moved] - COORD_TARGET) / np.sqrt(
-                    t
-                )
+                gap = info.coord_accept[moved] - COORD_TARGET
+                self.coord_log_scales[moved] += gap / np.sqrt(t)
             elif self.hyper_moves[1]:  # (a chain that has dropped the walk leaves its scale)
                 self.walk_log_scale += (info.walk_accept - WALK_TARGET) / np.sqrt(t)
             if self.problem.hyper_size:
