@@ -363,6 +363,35 @@ def test_fixed_parameter_is_read_with_its_value(case):
     assert list(free.family_params(np.array([0.0, np.log(3.0)])).values()) == pytest.approx([3.0])
 
 
+def test_values_at_a_point_do_not_depend_on_the_calls_before():
+    """The reader keeps the last point's prior, sds and parameters (kernels ask several
+    times at one point): answers at a point equal a fresh reader's, whatever was asked
+    before, and a caller writing into the sds it got does not change the next answer."""
+
+    def fresh():
+        return read_mixed_model(model("negativebinomial")).problem
+
+    h1, h2 = np.array([0.3, np.log(2.0)]), np.array([-0.4, np.log(5.0)])
+    ref = {}
+    for h in (h1, h2):
+        other = fresh()
+        ref[h.tobytes()] = (other.hyper(h), other.family_params(h))
+    problem = fresh()
+    for h in (h1, h2, h2, h1, h2, h1):
+        (lp, sds, noise), params = ref[h.tobytes()]
+        got = problem.hyper(h.copy())
+        assert got[0] == lp
+        np.testing.assert_equal(got[2], noise)  # nan: no Gaussian noise sd here
+        np.testing.assert_array_equal(got[1], sds)
+        got[1][:] = -1.0
+        assert problem.family_params(h) == params
+        assert problem.family_at(h).params == params
+        np.testing.assert_array_equal(problem.hyper(h)[1], sds)
+    # the bound family is kept at the same parameters and made anew at others
+    assert problem.family_at(h1) is problem.family_at(h1.copy())
+    assert problem.family_at(h2).params["alpha"] == pytest.approx(5.0, rel=1e-12)
+
+
 def test_unsupported_forms_are_refused():
     _, y, g = _data("negativebinomial")
     with pm.Model():

@@ -100,10 +100,18 @@ class MixedProblem:
         not valid (not positive and finite)."""
         if self.family_params is None:
             return self.family
+        params = self.family_params(np.asarray(h, dtype=float))
+        # kernels ask again at the same parameters (a factorization, then a density):
+        # the last family is kept, as binding validates every parameter
+        last = self.__dict__.get("_last_family")
+        if last is not None and last[0] == params:
+            return last[1]
         try:
-            return self.family.bind(**self.family_params(np.asarray(h, dtype=float)))
+            fam = self.family.bind(**params)
         except ValueError:
-            return None
+            fam = None
+        object.__setattr__(self, "_last_family", (params, fam))
+        return fam
 
     @property
     def n(self) -> int:

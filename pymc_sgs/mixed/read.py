@@ -626,68 +626,127 @@ class MixedModel:
     hyper_names: list  # names of the hyperparameters' value variables (for messages)
 
 
-def _hyper_function(hyper_rvs, scale_slots, const_sds, noise, model, covs=(), cov_slots=()):
-    """Compile ``h -> (log prior, term sds, observation sd)``, and the same with the
-    covariances ``covs`` of correlated terms appended (None when there are none).
+class _HyperFunctions:
+    """Everything the kernels read at a hyperparameter point ``h``: ``(log prior, term
+    sds, observation sd)`` (:meth:`hyper`), the same with the covariances of correlated
+    terms appended (:meth:`hyper_cov`), and the likelihood's free nuisance parameters
+    (:meth:`family_params`).
 
-    ``cov_slots`` are ``(covariance, column)`` of the correlated terms, whose sds
-    (``sqrt`` of the covariance's diagonal) follow those of ``scale_slots``.
+    A kernel asks for several of these at the same ``h`` (a slice update's density needs
+    the prior and the likelihood's parameters; a factorization the sds and the observation
+    sd), and each evaluation costs several microseconds of call overhead against a few for
+    the arithmetic: so one evaluation computes them all and the last point's values are
+    kept.
+
+    ``cov_slots`` are ``(covariance, column)`` of the correlated terms, whose sds (``sqrt``
+    of the covariance's diagonal) follow those of ``scale_slots``.
     """
-    values = [model.rvs_to_values[r] for r in hyper_rvs]
-    if hyper_rvs or covs:
-        logp = model.logp(vars=hyper_rvs, jacobian=True, sum=True) if hyper_rvs else None
-        if logp is None:
-            logp = pytensor.tensor.constant(0.0)
-        untransformed = model.replace_rvs_by_values(list(hyper_rvs))
-        cov_values = model.replace_rvs_by_values(list(covs))
-        # evaluated at every hyperparameter proposal: compiled, unlike the one-off
-        # detection graphs
-        fn = pytensor.function(
-            values, [logp, *untransformed, *cov_values], on_unused_input="ignore"
-        )
-        fn.trust_input = True
-    else:
-        fn = None
-    shapes = [shape_of(r) for r in hyper_rvs]
-    sizes = [int(np.prod(s)) for s in shapes]
-    ends = np.cumsum(sizes)
-    # evaluated at every proposal: the slicing and the scale lookup are laid out once
-    pieces = [(int(e - z), int(e), s, v.dtype) for e, z, s, v in zip(ends, sizes, shapes, values)]
-    by_rv = {r: i for i, r in enumerate(hyper_rvs)}
-    # (output, element) of each term's sd; a scalar scale shared by k terms has one element
-    slots = [(by_rv[rv], j, k) for rv, k, j in scale_slots]
-    const_sds = np.asarray(const_sds, dtype=float)
-    n_cov = len(cov_slots)
-    n_sds = len(slots) + n_cov + const_sds.size
 
-    def evaluate(h):
-        if fn is None:
-            return 0.0, const_sds.copy(), float(noise[1]) if noise[1] is not None else np.nan, ()
-        parts = [np.asarray(h[a:b].reshape(s), dtype=dt) for a, b, s, dt in pieces]
-        with np.errstate(all="ignore"):
-            out = fn(*parts)
-        n_out = len(hyper_rvs)
-        logp = float(out[0])
-        vals = [np.ravel(np.asarray(v, dtype=float)) for v in out[1 : 1 + n_out]]
-        sds = np.empty(n_sds)
-        for t, (i, j, k) in enumerate(slots):
-            v = vals[i]
-            sds[t] = v[j] if v.size == k else np.broadcast_to(v, (k,))[j]
-        cov_mats = tuple(np.array(c, dtype=float) for c in out[1 + n_out :])
-        with np.errstate(invalid="ignore"):
-            for t, (c, j) in enumerate(cov_slots):
-                sds[len(slots) + t] = np.sqrt(cov_mats[c][j, j])
-        sds[len(slots) + n_cov :] = const_sds
-        if noise[0] is not None:
-            noise_sd = float(vals[by_rv[noise[0]]][0])
+    def __init__(
+        self,
+        hyper_rvs,
+        scale_slots,
+        const_sds,
+        noise,
+        model,
+        covs=(),
+        cov_slots=(),
+        free_params=None,
+    ):
+        values = [model.rvs_to_values[r] for r in hyper_rvs]
+        self.param_names = list(free_params or {})
+        if hyper_rvs or covs:
+            logp = model.logp(vars=hyper_rvs, jacobian=True, sum=True) if hyper_rvs else None
+            if logp is None:
+                logp = pytensor.tensor.constant(0.0)
+            untransformed = model.replace_rvs_by_values(list(hyper_rvs))
+            cov_values = model.replace_rvs_by_values(list(covs))
+            self._fn = pytensor.function(
+                values, [logp, *untransformed, *cov_values], on_unused_input="ignore"
+            )
+            self._fn.trust_input = True
         else:
-            noise_sd = float(noise[1]) if noise[1] is not None else np.nan
-        return logp, sds, noise_sd, cov_mats
+            self._fn = None
+        # compiled on its own: merged into one graph with the prior, PyTensor's rewrites
+        # may round a parameter differently (Bambi's Gamma shape, mu^2 / sigma^2, moved by
+        # an ulp), and the draws would no longer repeat those of earlier versions
+        self._param_fn = None
+        if self.param_names:
+            params = model.replace_rvs_by_values([free_params[k] for k in self.param_names])
+            self._param_fn = pytensor.function(values, params, on_unused_input="ignore")
+            self._param_fn.trust_input = True
+        shapes = [shape_of(r) for r in hyper_rvs]
+        sizes = [int(np.prod(s)) for s in shapes]
+        ends = np.cumsum(sizes)
+        # the slicing and the scale lookup are laid out once
+        self._pieces = [
+            (int(e - z), int(e), s, v.dtype) for e, z, s, v in zip(ends, sizes, shapes, values)
+        ]
+        self._float_pieces = all(np.dtype(dt) == np.float64 for *_, dt in self._pieces)
+        by_rv = {r: i for i, r in enumerate(hyper_rvs)}
+        # (output, element) of each term's sd; a scalar scale shared by k terms has one element
+        self._slots = [(by_rv[rv], j, k) for rv, k, j in scale_slots]
+        self._const_sds = np.asarray(const_sds, dtype=float)
+        self._cov_slots = list(cov_slots)
+        self._n_hyper = len(hyper_rvs)
+        self._n_covs = len(covs)
+        self._noise = (None if noise[0] is None else by_rv[noise[0]], noise[1])
+        self._has_covs = bool(covs)
+        self._last_key = None
+        self._last = None
 
-    def hyper(h):
-        return evaluate(h)[:3]
+    def _evaluate(self, h):
+        """``(log prior, sds, noise sd, covariances, nuisance parameters)`` at ``h``."""
+        h = np.asarray(h, dtype=float)
+        key = h.tobytes()
+        if key == self._last_key:
+            return self._last
+        noise_rv, noise_const = self._noise
+        fixed_noise = float(noise_const) if noise_const is not None else np.nan
+        if self._fn is None:
+            out = (0.0, self._const_sds.copy(), fixed_noise, (), ())
+        else:
+            if self._float_pieces:  # views of h (asarray would return the same views)
+                parts = [h[a:b].reshape(s) for a, b, s, _ in self._pieces]
+            else:
+                parts = [np.asarray(h[a:b].reshape(s), dtype=dt) for a, b, s, dt in self._pieces]
+            with np.errstate(all="ignore"):
+                raw = self._fn(*parts)
+                raw_params = self._param_fn(*parts) if self._param_fn is not None else ()
+            n_hyper, n_covs = self._n_hyper, self._n_covs
+            vals = [np.asarray(v, dtype=float).reshape(-1) for v in raw[1 : 1 + n_hyper]]
+            slots = self._slots
+            sds = np.empty(len(slots) + len(self._cov_slots) + self._const_sds.size)
+            for t, (i, j, k) in enumerate(slots):
+                v = vals[i]
+                sds[t] = v[j] if v.size == k else np.broadcast_to(v, (k,))[j]
+            cov_mats = tuple(
+                np.array(c, dtype=float) for c in raw[1 + n_hyper : 1 + n_hyper + n_covs]
+            )
+            if self._cov_slots:
+                with np.errstate(invalid="ignore"):
+                    for t, (c, j) in enumerate(self._cov_slots):
+                        sds[len(slots) + t] = np.sqrt(cov_mats[c][j, j])
+            sds[len(slots) + len(self._cov_slots) :] = self._const_sds
+            noise_sd = float(vals[noise_rv][0]) if noise_rv is not None else fixed_noise
+            params = tuple(float(np.asarray(v, dtype=float).reshape(())) for v in raw_params)
+            out = (float(raw[0]), sds, noise_sd, cov_mats, params)
+        self._last_key, self._last = key, out
+        return out
 
-    return hyper, (evaluate if covs else None)
+    def hyper(self, h):
+        """``(log prior including the Jacobian, term sds, observation sd)`` at ``h``."""
+        logp, sds, noise_sd, _, _ = self._evaluate(h)
+        return logp, sds.copy(), noise_sd
+
+    def hyper_cov(self, h):
+        """:meth:`hyper` with the correlated terms' covariances appended."""
+        logp, sds, noise_sd, covs, _ = self._evaluate(h)
+        return logp, sds.copy(), noise_sd, tuple(c.copy() for c in covs)
+
+    def family_params(self, h) -> dict:
+        """``{name: value}`` of the likelihood's free nuisance parameters at ``h``."""
+        return dict(zip(self.param_names, self._evaluate(h)[4]))
 
 
 def _family_parameters(term, obs, model, predictor_rvs=(), seed: int = 0):
@@ -736,29 +795,6 @@ def _family_parameters(term, obs, model, predictor_rvs=(), seed: int = 0):
             graph = graph.ravel()[0]
         free_[key] = graph
     return fixed, free_
-
-
-def _parameter_function(hyper_rvs, free_params, model):
-    """Compile ``h -> {name: value}`` for the likelihood's free nuisance parameters."""
-    values = [model.rvs_to_values[r] for r in hyper_rvs]
-    names = list(free_params)
-    outs = model.replace_rvs_by_values([free_params[k] for k in names])
-    fn = pytensor.function(values, outs, on_unused_input="ignore")
-    fn.trust_input = True
-    sizes = [int(np.prod(shape_of(r))) for r in hyper_rvs]
-    ends = np.cumsum(sizes)
-    pieces = [
-        (int(e - z), int(e), shape_of(r), v.dtype)
-        for e, z, r, v in zip(ends, sizes, hyper_rvs, values)
-    ]
-
-    def family_params(h):
-        parts = [np.asarray(h[a:b].reshape(sh), dtype=dt) for a, b, sh, dt in pieces]
-        with np.errstate(all="ignore"):
-            out = fn(*parts)
-        return {k: float(np.asarray(v, dtype=float).reshape(())) for k, v in zip(names, out)}
-
-    return family_params
 
 
 def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
@@ -1124,10 +1160,12 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     terms = tuple(relabelled)
 
     hyper_size = int(sum(int(np.prod(shape_of(r))) for r in hyper_rvs))
-    hyper, hyper_cov = _hyper_function(
-        hyper_rvs, scale_slots, const_sds, noise, model, cov_graphs, cov_slots
+    at_h = _HyperFunctions(
+        hyper_rvs, scale_slots, const_sds, noise, model, cov_graphs, cov_slots, free_params
     )
-    family_params = _parameter_function(hyper_rvs, free_params, model) if free_params else None
+    hyper = at_h.hyper
+    hyper_cov = at_h.hyper_cov if cov_graphs else None
+    family_params = at_h.family_params if free_params else None
     trials = None
     family = None
     if split:
