@@ -28,7 +28,7 @@ def _data(name):
     return model_data(name)
 
 
-def fit(name, noncentered=True, priors=None, draws=1000, seed=1):
+def fit(name, noncentered=True, priors=None, draws=1000, seed=1, tune=500):
     """``pm.sample`` on Bambi's PyMC model, as the reference was made.
 
     (``Model.fit`` reports the intercept at x = 0, the references the sampled one at the
@@ -50,7 +50,7 @@ def fit(name, noncentered=True, priors=None, draws=1000, seed=1):
             idata = pm.sample(
                 step=pymc_sgs.SplitGibbs(),
                 draws=draws,
-                tune=500,
+                tune=tune,
                 chains=2,
                 cores=1,
                 random_seed=seed,
@@ -96,7 +96,12 @@ DISPERSION_CASES = ["grouseticks", "sleepstudy_gamma"]
 @pytest.mark.parametrize("name", DISPERSION_CASES)
 @pytest.mark.parametrize("noncentered", [True, False])
 def test_bambi_dispersion_model_matches_reference(name, noncentered):
-    _, idata = fit(name, noncentered=noncentered, draws=2000)
+    # PyMC's default tuning: the proposals' shape is refitted to the tuning draws at 50,
+    # 100, 200, 400 and 800. With 500 tuning draws (at seed 1) grouseticks' location sd
+    # made excursions of up to 147 draws below 0.05 from which the independence moves back
+    # were accepted with mean probability 0.01 (0.41 elsewhere): bulk ESS 143 of 4000,
+    # R-hat 1.014. With 1000: ESS 949 (seed 1), R-hat 1.005
+    _, idata = fit(name, noncentered=noncentered, draws=2000, tune=1000)
     s = check(name, idata)
     assert "alpha" in s.index  # the dispersion / shape parameter is among those compared
 
