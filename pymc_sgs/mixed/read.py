@@ -690,8 +690,10 @@ class _HyperFunctions:
         self._cov_slots = list(cov_slots)
         self._n_hyper = len(hyper_rvs)
         self._n_covs = len(covs)
-        self._noise = (None if noise[0] is None else by_rv[noise[0]], noise[1])
-        self._has_covs = bool(covs)
+        # the observation sd: an output of the compiled function, or a fixed value (nan when
+        # the model has none)
+        self._noise_rv = None if noise[0] is None else by_rv[noise[0]]
+        self._fixed_noise = float(noise[1]) if noise[1] is not None else np.nan
         self._last_key = None
         self._last = None
 
@@ -701,10 +703,8 @@ class _HyperFunctions:
         key = h.tobytes()
         if key == self._last_key:
             return self._last
-        noise_rv, noise_const = self._noise
-        fixed_noise = float(noise_const) if noise_const is not None else np.nan
         if self._fn is None:
-            out = (0.0, self._const_sds.copy(), fixed_noise, (), ())
+            out = (0.0, self._const_sds.copy(), self._fixed_noise, (), ())
         else:
             if self._float_pieces:  # views of h (asarray would return the same views)
                 parts = [h[a:b].reshape(s) for a, b, s, _ in self._pieces]
@@ -728,7 +728,8 @@ class _HyperFunctions:
                     for t, (c, j) in enumerate(self._cov_slots):
                         sds[len(slots) + t] = np.sqrt(cov_mats[c][j, j])
             sds[len(slots) + len(self._cov_slots) :] = self._const_sds
-            noise_sd = float(vals[noise_rv][0]) if noise_rv is not None else fixed_noise
+            noise_rv = self._noise_rv
+            noise_sd = float(vals[noise_rv][0]) if noise_rv is not None else self._fixed_noise
             params = tuple(float(np.asarray(v, dtype=float).reshape(())) for v in raw_params)
             out = (float(raw[0]), sds, noise_sd, cov_mats, params)
         self._last_key, self._last = key, out
