@@ -434,8 +434,14 @@ def fixed_through(graph, through, deps, model, seed, refuse):
             raise refuse
     if not through:
         return graph
+    # the variables' values at the start, not the variables: compiled as outputs, random
+    # variables would be fresh (unseeded) draws from their priors, and the constant fixed
+    # into the graph, hence its rounding and the draws, would change from run to run
     at_start = model.compile_fn(
-        through, inputs=model.value_vars, on_unused_input="ignore", point_fn=True
+        model.replace_rvs_by_values(list(through)),
+        inputs=model.value_vars,
+        on_unused_input="ignore",
+        point_fn=True,
     )(ip)
     memo = {
         r: pytensor.tensor.constant(np.asarray(v, dtype=r.dtype)) for r, v in zip(through, at_start)
