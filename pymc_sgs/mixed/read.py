@@ -970,9 +970,13 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     nuisance_deps = free_rvs_in(list(free_params.values()), model) if free_params else []
     if nuisance_deps:
         # the mean does not depend on them (checked numerically below): any valid value will
-        # do, the model's initial point is one
+        # do, the model's initial point is one (their values there: compiled as outputs, the
+        # variables themselves would be unseeded draws from their priors)
         at_start = model.compile_fn(
-            nuisance_deps, inputs=model.value_vars, on_unused_input="ignore", point_fn=True
+            model.replace_rvs_by_values(nuisance_deps),
+            inputs=model.value_vars,
+            on_unused_input="ignore",
+            point_fn=True,
         )(model.initial_point())
         replace.update(
             {
