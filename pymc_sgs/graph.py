@@ -49,6 +49,7 @@ __all__ = [
     "check_no_other_dependants",
     "rebuild_graph",
     "fixed_through",
+    "values_at",
 ]
 
 
@@ -402,6 +403,21 @@ def rebuild_graph(var, memo):
     return out
 
 
+def values_at(rvs, model, point):
+    """The values of the random variables ``rvs`` at ``point`` (a point of the model's value
+    variables, e.g. ``model.initial_point()``), on their own (constrained) scale.
+
+    Their value graphs are evaluated: compiled as outputs, the random variables themselves
+    would be fresh, unseeded draws from their priors, different in every run.
+    """
+    return model.compile_fn(
+        model.replace_rvs_by_values(list(rvs)),
+        inputs=model.value_vars,
+        on_unused_input="ignore",
+        point_fn=True,
+    )(point)
+
+
 def fixed_through(graph, through, deps, model, seed, refuse):
     """``graph`` with the variables ``through`` fixed at the model's start, after checking
     numerically that its value depends on none of them and is one value for all rows.
@@ -434,15 +450,9 @@ def fixed_through(graph, through, deps, model, seed, refuse):
             raise refuse
     if not through:
         return graph
-    # the variables' values at the start, not the variables: compiled as outputs, random
-    # variables would be fresh (unseeded) draws from their priors, and the constant fixed
-    # into the graph, hence its rounding and the draws, would change from run to run
-    at_start = model.compile_fn(
-        model.replace_rvs_by_values(list(through)),
-        inputs=model.value_vars,
-        on_unused_input="ignore",
-        point_fn=True,
-    )(ip)
+    # fixed at their values at the start: the constant fixed into the graph sets its
+    # rounding, hence the draws
+    at_start = values_at(through, model, ip)
     memo = {
         r: pytensor.tensor.constant(np.asarray(v, dtype=r.dtype)) for r, v in zip(through, at_start)
     }

@@ -55,6 +55,7 @@ from ..graph import (
     rebuild_graph,
     shape_of,
     value_of,
+    values_at,
 )
 from ..recognise import classify_observed
 from .problem import CorrelatedTerms, GroupTerm, MixedProblem
@@ -970,14 +971,8 @@ def read_mixed_model(model=None, seed: int = 0) -> MixedModel:
     nuisance_deps = free_rvs_in(list(free_params.values()), model) if free_params else []
     if nuisance_deps:
         # the mean does not depend on them (checked numerically below): any valid value will
-        # do, the model's initial point is one (their values there: compiled as outputs, the
-        # variables themselves would be unseeded draws from their priors)
-        at_start = model.compile_fn(
-            model.replace_rvs_by_values(nuisance_deps),
-            inputs=model.value_vars,
-            on_unused_input="ignore",
-            point_fn=True,
-        )(model.initial_point())
+        # do, the model's initial point is one
+        at_start = values_at(nuisance_deps, model, model.initial_point())
         replace.update(
             {
                 r: pytensor.tensor.constant(np.asarray(v, dtype=r.dtype))
