@@ -32,7 +32,7 @@ from pymc_sgs.families import (
     NegativeBinomialLog,
     PoissonLog,
 )
-from pymc_sgs.mixed.adapt import FIRST_REFIT, empirical_shape, refit_due
+from pymc_sgs.mixed.adapt import FIRST_REFIT, MAX_SPLIT, empirical_shape, refit_due, split_scales
 from pymc_sgs.mixed.joint import LaplaceJointKernel
 from pymc_sgs.mixed.kernel import HyperProposal
 from pymc_sgs.mixed.laplace import hyper_mode
@@ -246,6 +246,77 @@ def test_refit_schedule_and_empirical_shape():
     # a chain that has not moved determines no shape: the caller keeps the one it has
     assert empirical_shape(np.ones((100, 2))) is None
     assert empirical_shape(np.ones((2, 2))) is None
+
+
+def test_split_scales_follow_the_skew_and_keep_a_unit_second_moment():
+    rng = np.random.default_rng(0)
+    sym = rng.standard_normal((20000, 2))
+    np.testing.assert_allclose(split_scales(sym), 1.0, atol=0.03)
+    # a long lower tail (the log of a Gamma(2) variable), standardised
+    x = np.log(rng.gamma(2.0, size=20000))
+    z = ((x - x.mean()) / x.std())[:, None]
+    ((s_lo, s_hi),) = split_scales(z)
+    assert s_lo > 1.0 > s_hi and s_lo / s_hi > 1.1
+    assert (s_lo**3 + s_hi**3) / (s_lo + s_hi) == pytest.approx(1.0)
+    ((s_lo, s_hi),) = split_scales(-z)  # mirrored
+    assert s_hi > 1.0 > s_lo and s_hi / s_lo > 1.1
+    # degenerate columns stay symmetric; extreme ratios are clipped
+    ((s_lo, s_hi),) = split_scales(np.abs(z))
+    assert s_lo / s_hi == pytest.approx(1.0 / MAX_SPLIT)
+    assert empirical_shape(np.vstack([z, z])).split.shape == (1, 2)
+
+
+def _split_chain(correct_ratio, n_iter=20000, seed=0):
+    """Independence Metropolis-Hastings on ``h1 = log Gamma(2)``, ``h2 | h1 ~ N(h1 / 2, 1)``
+    with the two-piece t proposal; ``correct_ratio=False`` uses the symmetric t's
+    q-ratio for the same draws."""
+    from pymc_sgs.mixed.kernel import _t_logpdf_unnorm
+
+    def log_p(h):
+        return 2.0 * h[0] - np.exp(h[0]) - 0.5 * (h[1] - 0.5 * h[0]) ** 2
+
+    centre = np.array([0.4, 0.2])
+    chol = np.array([[0.9, 0.0], [0.4, 1.1]])
+    prop = HyperProposal(
+        walk_chol=chol,
+        centre=centre,
+        indep_chol=chol,
+        df=4.0,
+        indep_split=np.array([[1.5, 0.7], [1.0, 1.0]]),
+    )
+    rng = np.random.default_rng(seed)
+    h = centre.copy()
+    out = np.empty((n_iter, 2))
+    for i in range(n_iter):
+        h_new, log_qh, independent = prop.draw(0, h, rng)
+        assert independent
+        if not correct_ratio:
+            log_qh = _t_logpdf_unnorm(h, centre, chol, 4.0) - _t_logpdf_unnorm(
+                h_new, centre, chol, 4.0
+            )
+        if np.log(rng.uniform()) < log_p(h_new) - log_p(h) + log_qh:
+            h = h_new
+        out[i] = h
+    return out
+
+
+def test_two_piece_independence_proposal_keeps_the_target_and_its_ratio_matters():
+    """The exact moments of ``log Gamma(2)`` (digamma, trigamma) and of ``h2``: within 4
+    MCSE with the two-piece t's own q-ratio, not with the symmetric t's."""
+    exact = [scipy.special.digamma(2.0), 0.5 * scipy.special.digamma(2.0)]
+    exact_var = scipy.special.polygamma(1, 2.0)
+
+    def errors(draws):
+        z = []
+        for k in range(2):
+            mcse = float(az.mcse(draws[None, :, k], method="mean"))
+            z.append(abs(draws[:, k].mean() - exact[k]) / mcse)
+        sq = (draws[:, 0] - exact[0]) ** 2
+        z.append(abs(sq.mean() - exact_var) / float(az.mcse(sq[None, :], method="mean")))
+        return np.array(z)
+
+    assert np.all(errors(_split_chain(True)) < 4.0)
+    assert np.max(errors(_split_chain(False))) > 6.0
 
 
 def _glmm(seed=0):

@@ -15,6 +15,23 @@ Tamminen, 2001), to the mean and covariance of the chain's latest tuning draws, 
 tuning draws ``FIRST_REFIT x 2^k`` from the second half of the draws so far (the first
 half is burn-in). It is frozen when tuning ends, so the draws after it come from a fixed
 Metropolis-Hastings kernel. Each chain refits its own, from its own draws.
+
+A covariance is symmetric; the skew is not. The refit also gives each whitened coordinate
+of the independence proposal its own scale below and above the centre (a two-piece, or
+split, t: John, 1982; Geweke, 1989), from the draws' second moments on either side
+(:func:`split_scales`), so that the long tail towards small sds is proposed about as
+often as the chain visits it. Measured, 2 x 1000 draws after 1000 tuning, minimum bulk ESS
+over every parameter (mean over seeds), symmetric vs two-piece: Contraception 746 -> 975,
+cbpp 1125 -> 1248 (4 seeds each); grouseticks (12 seeds) 418 -> 419 with the worst seed
+159 -> 293 and R-hat above 1.01 on 4 -> 2 seeds; sleepstudy (linear, with and without
+LKJ), Contraception with LKJ, epil and a Gamma GLMM within noise; the same time per draw.
+
+References
+----------
+John, S. (1982). The three-parameter two-piece normal family of distributions and its
+fitting. Communications in Statistics - Theory and Methods 11(8), 879-885.
+Geweke, J. (1989). Bayesian inference in econometric models using Monte Carlo
+integration. Econometrica 57(6), 1317-1339.
 """
 
 from __future__ import annotations
@@ -23,17 +40,44 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["FIRST_REFIT", "HyperShape", "empirical_shape", "refit_due"]
+__all__ = ["FIRST_REFIT", "HyperShape", "empirical_shape", "refit_due", "split_scales"]
 
 #: the first tuning draw at which the shape is refitted; then at twice as many, and so on
 FIRST_REFIT = 50
 
 
 class HyperShape(NamedTuple):
-    """Centre of the independence proposal and the Cholesky factor of the covariance."""
+    """Centre of the independence proposal and the Cholesky factor of the covariance;
+    ``split``: per whitened coordinate, the scales of its lower and upper half
+    (:func:`split_scales`), None for a symmetric proposal."""
 
     centre: np.ndarray
     chol: np.ndarray
+    split: np.ndarray | None = None
+
+
+#: the split scales' ratio is clipped to [1 / MAX_SPLIT, MAX_SPLIT]
+MAX_SPLIT = 3.0
+
+
+def split_scales(z) -> np.ndarray:
+    """Scales ``(s_minus, s_plus)`` of each column of whitened draws ``z`` (mean 0,
+    covariance I) for a two-piece proposal, shape ``(K, 2)``.
+
+    A two-piece distribution with scales ``s_-`` below its centre and ``s_+`` above
+    (John, 1982; Geweke's split-t, 1989) has ``E[z^2 1{z<0}] : E[z^2 1{z>0}] =
+    s_-^3 : s_+^3``; the ratio is estimated from the draws, and the pair normalised so
+    that ``(s_-^3 + s_+^3) / (s_- + s_+) = 1`` (unit second moment, as for a symmetric
+    proposal, where both are 1).
+    """
+    z = np.asarray(z, dtype=float)
+    lo = np.mean(np.where(z < 0, z * z, 0.0), axis=0)
+    hi = np.mean(np.where(z > 0, z * z, 0.0), axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.cbrt(lo / hi)
+    r = np.clip(np.where(np.isfinite(r), r, 1.0), 1.0 / MAX_SPLIT, MAX_SPLIT)
+    s_plus = np.sqrt((r + 1.0) / (r**3 + 1.0))
+    return np.column_stack([r * s_plus, s_plus])
 
 
 def refit_due(n_draws: int) -> bool:
@@ -66,4 +110,6 @@ def empirical_shape(draws) -> HyperShape | None:
         return None
     if not np.all(np.isfinite(chol)) or np.any(np.diag(chol) <= 0):
         return None
-    return HyperShape(h.mean(axis=0), chol)
+    centre = h.mean(axis=0)
+    z = np.linalg.solve(chol, (h - centre).T).T
+    return HyperShape(centre, chol, split_scales(z))

@@ -73,7 +73,10 @@ class HyperProposal(NamedTuple):
     mode of ``p(h | y)`` (fitted once, :func:`pymc_sgs.mixed.laplace.hyper_mode`); None
     disables it. Both are Metropolis-Hastings moves for ``p(h | z)``, exact for any value.
     ``moves`` per iteration; with ``walk`` False (and a centre) every one of them is an
-    independence move.
+    independence move. ``indep_split`` (``(K, 2)``, optional) makes the independence
+    proposal a two-piece t: in the coordinates ``z = indep_chol^-1 (h - centre)``, scale
+    ``indep_split[k, 0]`` below the centre and ``indep_split[k, 1]`` above it
+    (:func:`pymc_sgs.mixed.adapt.split_scales`).
     """
 
     walk_chol: np.ndarray
@@ -82,6 +85,7 @@ class HyperProposal(NamedTuple):
     df: float = 4.0
     moves: int = 2
     walk: bool = True
+    indep_split: np.ndarray | None = None  # (K, 2): lower / upper scales (two-piece t)
 
     def draw(self, m: int, h, rng):
         """Move ``m``'s proposal from ``h``: ``(h_new, log q-ratio, independent)``.
@@ -94,10 +98,22 @@ class HyperProposal(NamedTuple):
         if self.centre is not None and (m % 2 == 0 or not self.walk):
             # multivariate t: a normal scaled by sqrt(df / chi2_df)
             g = np.sqrt(self.df / rng.chisquare(self.df))
-            h_new = self.centre + g * (self.indep_chol @ rng.standard_normal(K))
-            log_qh = _t_logpdf_unnorm(h, self.centre, self.indep_chol, self.df) - _t_logpdf_unnorm(
-                h_new, self.centre, self.indep_chol, self.df
-            )
+            split = self.indep_split
+            if split is None:
+                h_new = self.centre + g * (self.indep_chol @ rng.standard_normal(K))
+                log_qh = _t_logpdf_unnorm(
+                    h, self.centre, self.indep_chol, self.df
+                ) - _t_logpdf_unnorm(h_new, self.centre, self.indep_chol, self.df)
+                return h_new, log_qh, True
+            # two-piece: each coordinate's side chosen with probability proportional to
+            # its scale, which makes the density t(w(z)) times a constant (continuous)
+            w = np.abs(g * rng.standard_normal(K))
+            lower = rng.uniform(size=K) * (split[:, 0] + split[:, 1]) < split[:, 0]
+            z = np.where(lower, -split[:, 0] * w, split[:, 1] * w)
+            h_new = self.centre + self.indep_chol @ z
+            log_qh = _split_t_logpdf_unnorm(
+                h, self.centre, self.indep_chol, split, self.df
+            ) - _split_t_logpdf_unnorm(h_new, self.centre, self.indep_chol, split, self.df)
             return h_new, log_qh, True
         return h + self.walk_chol @ rng.standard_normal(K), 0.0, False
 
@@ -107,6 +123,12 @@ def accept_prob(log_ratio) -> float:
     if not np.isfinite(log_ratio):
         return 0.0 if log_ratio < 0 or np.isnan(log_ratio) else 1.0
     return 1.0 if log_ratio >= 0 else float(np.exp(log_ratio))
+
+
+def _split_t_logpdf_unnorm(h, centre, chol, split, df):
+    z = np.linalg.solve(chol, h - centre)
+    w = z / np.where(z < 0, split[:, 0], split[:, 1])
+    return -0.5 * (df + w.size) * np.log1p(float(w @ w) / df)
 
 
 def _t_logpdf_unnorm(h, centre, chol, df):
