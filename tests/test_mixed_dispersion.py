@@ -32,6 +32,7 @@ import scipy.special
 
 import pymc_sgs
 from pymc_sgs.graph import UnsupportedModelError
+from pymc_sgs.mixed.adapt import split_scales
 from pymc_sgs.mixed.family_slice import slice_update
 from pymc_sgs.mixed.joint import LaplaceJointKernel
 from pymc_sgs.mixed.kernel import HyperProposal
@@ -272,13 +273,27 @@ class _BlindPrecisions(StudentTKernel):
         return rng.gamma(0.5 * (nu + 1.0), 2.0 / nu, size=self.problem.n)
 
 
-def run_scale_mixture(kernel_class, case, n_iter, seed):
-    """The scale-mixture kernel from the Laplace fit's mode, as the step starts it."""
+def _skewed_draws(centre, chol, n=400, seed=0):
+    """Draws around ``centre`` with a long lower tail in every whitened coordinate."""
+    rng = np.random.default_rng(seed)
+    z = np.log(rng.gamma(2.0, size=(n, centre.size)))
+    z = (z - z.mean(axis=0)) / z.std(axis=0)
+    return centre + z @ chol.T
+
+
+def run_scale_mixture(kernel_class, case, n_iter, seed, two_piece=False):
+    """The scale-mixture kernel from the Laplace fit's mode, as the step starts it;
+    ``two_piece``: with a split independence proposal fitted to skewed draws, as tuning
+    makes it."""
     problem = read_mixed_model(model(case)).problem
     mode = hyper_mode(LaplaceJointKernel(problem), np.zeros(2))
     kernel = kernel_class(problem)
     chol = np.linalg.cholesky(mode.h_cov)
     prop = HyperProposal(walk_chol=1.5 * chol, centre=mode.h, indep_chol=1.2 * chol, df=4.0)
+    if two_piece:
+        draws = _skewed_draws(mode.h, chol)
+        z = np.linalg.solve(chol, (draws - mode.h).T).T
+        prop = prop._replace(indep_split=split_scales(z), indep_draws=draws)
     state = kernel.init(mode.h, mode.coef + kernel.coef_mean)
     rng = np.random.default_rng(seed)
     out = np.empty((n_iter, 4))
@@ -298,6 +313,45 @@ def test_student_t_scale_mixture_matches_quadrature(case):
     assert np.all(_z(draws, refs) < 4), (_z(draws, refs), refs, draws.mean(axis=0))
     wrong = run_scale_mixture(_BlindPrecisions, case, 10_000, seed=4)
     assert _z(wrong, refs).max() > 4, (_z(wrong, refs), refs, wrong.mean(axis=0))
+
+
+@pytest.mark.parametrize("case", T_CASES)
+def test_student_t_scale_mixture_with_a_two_piece_proposal_matches_quadrature(case):
+    """With ``nu`` free the collapsed block moves the other coordinates through a
+    restriction of the proposal, whose two-piece scales come from the draws; with ``nu``
+    fixed it uses the full proposal's."""
+    refs = quadrature_means(case)
+    draws = run_scale_mixture(StudentTKernel, case, 10_000, seed=4, two_piece=True)
+    assert np.all(_z(draws, refs) < 4), (_z(draws, refs), refs, draws.mean(axis=0))
+
+
+def test_student_t_restricted_proposal_has_its_own_two_piece_scales():
+    problem = read_mixed_model(model("studentt_nu")).problem
+    kernel = StudentTKernel(problem)
+    h = np.array([np.log(0.8), np.log(4.0)])
+    free, params = kernel._coordinates(h)
+    assert free.tolist() == [0]
+    chol = np.array([[0.5, 0.0], [0.3, 0.4]])
+    draws = _skewed_draws(h, chol)
+    z = np.linalg.solve(chol, (draws - h).T).T
+    prop = HyperProposal(
+        walk_chol=chol,
+        centre=h,
+        indep_chol=1.2 * chol,
+        df=4.0,
+        indep_split=split_scales(z),
+        indep_draws=draws,
+    )
+    block, _ = kernel._moves(prop, free, params, 2)
+    own = split_scales(((draws[:, 0] - h[0]) / 0.5)[:, None])
+    np.testing.assert_allclose(block.inner.indep_split, own, rtol=1e-6)
+    assert own[0, 0] > 1.0 > own[0, 1]
+    # a refit that changes only the split rebuilds the restriction
+    flipped = prop._replace(indep_split=prop.indep_split[:, ::-1].copy())
+    assert kernel._moves(flipped, free, params, 2)[0] is not block
+    # without draws (before the first refit) the restriction stays symmetric
+    plain = prop._replace(indep_split=None, indep_draws=None, centre=h + 0.1)
+    assert kernel._moves(plain, free, params, 2)[0].inner.indep_split is None
 
 
 @pytest.mark.parametrize("case", T_CASES)

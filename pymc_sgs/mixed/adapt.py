@@ -49,11 +49,13 @@ FIRST_REFIT = 50
 class HyperShape(NamedTuple):
     """Centre of the independence proposal and the Cholesky factor of the covariance;
     ``split``: per whitened coordinate, the scales of its lower and upper half
-    (:func:`split_scales`), None for a symmetric proposal."""
+    (:func:`split_scales`), None for a symmetric proposal; ``draws``: the tuning draws they
+    were fitted to, from which a proposal restricted to some coordinates gets its own."""
 
     centre: np.ndarray
     chol: np.ndarray
     split: np.ndarray | None = None
+    draws: np.ndarray | None = None  # the draws fitted (for restrictions to some coordinates)
 
 
 #: the split scales' ratio is clipped to [1 / MAX_SPLIT, MAX_SPLIT]
@@ -112,4 +114,4 @@ def empirical_shape(draws) -> HyperShape | None:
         return None
     centre = h.mean(axis=0)
     z = np.linalg.solve(chol, (h - centre).T).T
-    return HyperShape(centre, chol, split_scales(z))
+    return HyperShape(centre, chol, split_scales(z), h)

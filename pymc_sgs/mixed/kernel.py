@@ -76,7 +76,8 @@ class HyperProposal(NamedTuple):
     independence move. ``indep_split`` (``(K, 2)``, optional) makes the independence
     proposal a two-piece t: in the coordinates ``z = indep_chol^-1 (h - centre)``, scale
     ``indep_split[k, 0]`` below the centre and ``indep_split[k, 1]`` above it
-    (:func:`pymc_sgs.mixed.adapt.split_scales`).
+    (:func:`pymc_sgs.mixed.adapt.split_scales`); ``indep_draws``, the draws it was fitted
+    to, gives a restriction to some coordinates its own.
     """
 
     walk_chol: np.ndarray
@@ -86,6 +87,7 @@ class HyperProposal(NamedTuple):
     moves: int = 2
     walk: bool = True
     indep_split: np.ndarray | None = None  # (K, 2): lower / upper scales (two-piece t)
+    indep_draws: np.ndarray | None = None  # the draws the split was fitted to
 
     def draw(self, m: int, h, rng):
         """Move ``m``'s proposal from ``h``: ``(h_new, log q-ratio, independent)``.

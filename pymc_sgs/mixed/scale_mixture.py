@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..families import StudentTIdentity
+from .adapt import split_scales
 from .family_slice import family_coordinates, slice_update, sub_cholesky
 from .kernel import AugmentedKernel, HyperProposal, MixedInfo, MixedState
 
@@ -72,12 +73,22 @@ class _Restricted:
         self.free = free
         self.moves = proposal.moves if free.size else 0
         indep = proposal.indep_chol
+        indep_sub = None if indep is None else sub_cholesky(indep, free)
+        split = None
+        if indep_sub is not None and proposal.indep_split is not None and free.size:
+            # the two-piece scales of the restriction's own whitened coordinates (those of
+            # the full proposal mix in the coordinates left out)
+            draws = proposal.indep_draws
+            if draws is not None:
+                centred = draws[:, free] - proposal.centre[free]
+                split = split_scales(np.linalg.solve(indep_sub, centred.T).T)
         self.inner = HyperProposal(
             walk_chol=sub_cholesky(proposal.walk_chol, free),
             centre=None if proposal.centre is None else proposal.centre[free],
-            indep_chol=None if indep is None else sub_cholesky(indep, free),
+            indep_chol=indep_sub,
             df=proposal.df,
             moves=self.moves,
+            indep_split=split,
         )
 
     def draw(self, m: int, h, rng):
@@ -241,6 +252,7 @@ class StudentTKernel(AugmentedKernel):
                         (old.walk_chol, proposal.walk_chol),
                         (old.centre, proposal.centre),
                         (old.indep_chol, proposal.indep_chol),
+                        (old.indep_split, proposal.indep_split),
                     )
                 )
                 and old.df == proposal.df

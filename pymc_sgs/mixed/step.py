@@ -401,7 +401,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
     def _proposal(self) -> HyperProposal:
         K = self.problem.hyper_size
         scale = 2.38 / np.sqrt(max(K, 1)) * np.exp(self.walk_log_scale)
-        centre, chol, split = self.shape
+        centre, chol, split, draws = self.shape
         return HyperProposal(
             walk_chol=scale * chol,
             centre=centre if K else None,
@@ -410,6 +410,7 @@ class MixedSplitGibbs(BaseSplitGibbs):
             moves=self.hyper_moves[0],
             walk=self.hyper_moves[1],
             indep_split=split if K else None,
+            indep_draws=draws if K else None,
         )
 
     def _walk_sds(self) -> np.ndarray:
