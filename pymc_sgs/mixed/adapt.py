@@ -63,8 +63,9 @@ MAX_SPLIT = 3.0
 
 
 def split_scales(z) -> np.ndarray:
-    """Scales ``(s_minus, s_plus)`` of each column of whitened draws ``z`` (mean 0,
-    covariance I) for a two-piece proposal, shape ``(K, 2)``.
+    """Scales ``(s_minus, s_plus)`` of each column of whitened draws ``z`` (mean 0; a
+    common scale does not matter, only the ratio of the two sides is read) for a two-piece
+    proposal, shape ``(K, 2)``.
 
     A two-piece distribution with scales ``s_-`` below its centre and ``s_+`` above
     (John, 1982; Geweke's split-t, 1989) has ``E[z^2 1{z<0}] : E[z^2 1{z>0}] =
