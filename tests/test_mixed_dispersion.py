@@ -32,7 +32,7 @@ import scipy.special
 
 import pymc_sgs
 from pymc_sgs.graph import UnsupportedModelError
-from pymc_sgs.mixed.adapt import split_scales
+from pymc_sgs.mixed.adapt import split_of, split_scales
 from pymc_sgs.mixed.family_slice import slice_update
 from pymc_sgs.mixed.joint import LaplaceJointKernel
 from pymc_sgs.mixed.kernel import HyperProposal
@@ -292,8 +292,7 @@ def run_scale_mixture(kernel_class, case, n_iter, seed, two_piece=False):
     prop = HyperProposal(walk_chol=1.5 * chol, centre=mode.h, indep_chol=1.2 * chol, df=4.0)
     if two_piece:
         draws = _skewed_draws(mode.h, chol)
-        z = np.linalg.solve(chol, (draws - mode.h).T).T
-        prop = prop._replace(indep_split=split_scales(z), indep_draws=draws)
+        prop = prop._replace(indep_split=split_of(draws, mode.h, chol), indep_draws=draws)
     state = kernel.init(mode.h, mode.coef + kernel.coef_mean)
     rng = np.random.default_rng(seed)
     out = np.empty((n_iter, 4))
@@ -333,13 +332,12 @@ def test_student_t_restricted_proposal_has_its_own_two_piece_scales():
     assert free.tolist() == [0]
     chol = np.array([[0.5, 0.0], [0.3, 0.4]])
     draws = _skewed_draws(h, chol)
-    z = np.linalg.solve(chol, (draws - h).T).T
     prop = HyperProposal(
         walk_chol=chol,
         centre=h,
         indep_chol=1.2 * chol,
         df=4.0,
-        indep_split=split_scales(z),
+        indep_split=split_of(draws, h, chol),
         indep_draws=draws,
     )
     block, _ = kernel._moves(prop, free, params, 2)

@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["FIRST_REFIT", "HyperShape", "empirical_shape", "refit_due", "split_scales"]
+__all__ = ["FIRST_REFIT", "HyperShape", "empirical_shape", "refit_due", "split_of", "split_scales"]
 
 #: the first tuning draw at which the shape is refitted; then at twice as many, and so on
 FIRST_REFIT = 50
@@ -60,6 +60,12 @@ class HyperShape(NamedTuple):
 
 #: the split scales' ratio is clipped to [1 / MAX_SPLIT, MAX_SPLIT]
 MAX_SPLIT = 3.0
+
+
+def split_of(draws, centre, chol) -> np.ndarray:
+    """:func:`split_scales` of ``draws`` (``(n, K)``) whitened by ``centre`` and the
+    factor ``chol``: the two-piece scales of a proposal with that centre and factor."""
+    return split_scales(np.linalg.solve(chol, (draws - centre).T).T)
 
 
 def split_scales(z) -> np.ndarray:
@@ -114,5 +120,4 @@ def empirical_shape(draws) -> HyperShape | None:
     if not np.all(np.isfinite(chol)) or np.any(np.diag(chol) <= 0):
         return None
     centre = h.mean(axis=0)
-    z = np.linalg.solve(chol, (h - centre).T).T
-    return HyperShape(centre, chol, split_scales(z), h)
+    return HyperShape(centre, chol, split_of(h, centre, chol), h)

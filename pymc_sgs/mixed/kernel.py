@@ -103,19 +103,16 @@ class HyperProposal(NamedTuple):
             split = self.indep_split
             if split is None:
                 h_new = self.centre + g * (self.indep_chol @ rng.standard_normal(K))
-                log_qh = _t_logpdf_unnorm(
-                    h, self.centre, self.indep_chol, self.df
-                ) - _t_logpdf_unnorm(h_new, self.centre, self.indep_chol, self.df)
-                return h_new, log_qh, True
-            # two-piece: each coordinate's side chosen with probability proportional to
-            # its scale, which makes the density t(w(z)) times a constant (continuous)
-            w = np.abs(g * rng.standard_normal(K))
-            lower = rng.uniform(size=K) * (split[:, 0] + split[:, 1]) < split[:, 0]
-            z = np.where(lower, -split[:, 0] * w, split[:, 1] * w)
-            h_new = self.centre + self.indep_chol @ z
-            log_qh = _split_t_logpdf_unnorm(
-                h, self.centre, self.indep_chol, split, self.df
-            ) - _split_t_logpdf_unnorm(h_new, self.centre, self.indep_chol, split, self.df)
+            else:
+                # two-piece: each coordinate's side chosen with probability proportional to
+                # its scale, which makes the density t(w(z)) times a constant (continuous)
+                w = np.abs(g * rng.standard_normal(K))
+                lower = rng.uniform(size=K) * (split[:, 0] + split[:, 1]) < split[:, 0]
+                z = np.where(lower, -split[:, 0] * w, split[:, 1] * w)
+                h_new = self.centre + self.indep_chol @ z
+            log_qh = _t_logpdf_unnorm(
+                h, self.centre, self.indep_chol, self.df, split
+            ) - _t_logpdf_unnorm(h_new, self.centre, self.indep_chol, self.df, split)
             return h_new, log_qh, True
         return h + self.walk_chol @ rng.standard_normal(K), 0.0, False
 
@@ -127,14 +124,11 @@ def accept_prob(log_ratio) -> float:
     return 1.0 if log_ratio >= 0 else float(np.exp(log_ratio))
 
 
-def _split_t_logpdf_unnorm(h, centre, chol, split, df):
-    z = np.linalg.solve(chol, h - centre)
-    w = z / np.where(z < 0, split[:, 0], split[:, 1])
-    return -0.5 * (df + w.size) * np.log1p(float(w @ w) / df)
-
-
-def _t_logpdf_unnorm(h, centre, chol, df):
+def _t_logpdf_unnorm(h, centre, chol, df, split=None):
+    """Log density of the (two-piece, with ``split``) multivariate t, up to a constant."""
     x = np.linalg.solve(chol, h - centre) if chol.size else np.zeros(0)
+    if split is not None:
+        x = x / np.where(x < 0, split[:, 0], split[:, 1])
     return -0.5 * (df + x.size) * np.log1p(float(x @ x) / df)
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..families import StudentTIdentity
-from .adapt import split_scales
+from .adapt import split_of
 from .family_slice import family_coordinates, slice_update, sub_cholesky
 from .kernel import AugmentedKernel, HyperProposal, MixedInfo, MixedState
 
@@ -80,8 +80,7 @@ class _Restricted:
             # the full proposal mix in the coordinates left out)
             draws = proposal.indep_draws
             if draws is not None:
-                centred = draws[:, free] - proposal.centre[free]
-                split = split_scales(np.linalg.solve(indep_sub, centred.T).T)
+                split = split_of(draws[:, free], proposal.centre[free], indep_sub)
         self.inner = HyperProposal(
             walk_chol=sub_cholesky(proposal.walk_chol, free),
             centre=None if proposal.centre is None else proposal.centre[free],
