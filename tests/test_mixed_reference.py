@@ -13,10 +13,14 @@ from __future__ import annotations
 import warnings
 
 import arviz as az
+import numpy as np
 import pymc as pm
 import pytest
 
 import pymc_sgs
+from pymc_sgs.mixed.joint import LaplaceJointKernel
+from pymc_sgs.mixed.laplace import hyper_mode, log_marginal
+from pymc_sgs.mixed.read import read_mixed_model
 
 from .mixed_reference import compare_to_reference, load_reference, model_data, model_options
 
@@ -175,12 +179,6 @@ def test_hyperparameter_mode_search_reaches_the_mode(name):
     ``p(h | y)``: one Newton step from the point found (central differences) must not move
     it by more than 0.05 marginal sds. With BFGS on forward differences the search stopped
     after two iterations on the t model, 5 log units short of the mode."""
-    import numpy as np
-
-    from pymc_sgs.mixed.joint import LaplaceJointKernel
-    from pymc_sgs.mixed.laplace import hyper_mode, log_marginal
-    from pymc_sgs.mixed.read import read_mixed_model
-
     df, formula, family = _data(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
